@@ -1,0 +1,1 @@
+"""The sans-IO TCP core: connections, listeners and the stack that demultiplexes them."""

@@ -1,0 +1,41 @@
+"""Sequence-number arithmetic modulo 2**32 (RFC 9293 §3.4, RFC 1982)."""
+
+from __future__ import annotations
+
+SEQ_MOD = 1 << 32
+SEQ_MASK = SEQ_MOD - 1
+_HALF = 1 << 31
+
+
+def seq_add(a: int, n: int) -> int:
+    return (a + n) & SEQ_MASK
+
+
+def seq_diff(a: int, b: int) -> int:
+    """Signed distance a - b in sequence space."""
+    d = (a - b) & SEQ_MASK
+    return d - SEQ_MOD if d >= _HALF else d
+
+
+def seq_lt(a: int, b: int) -> bool:
+    return 0 < ((b - a) & SEQ_MASK) < _HALF
+
+
+def seq_le(a: int, b: int) -> bool:
+    return ((b - a) & SEQ_MASK) < _HALF
+
+
+def seq_gt(a: int, b: int) -> bool:
+    return 0 < ((a - b) & SEQ_MASK) < _HALF
+
+
+def seq_ge(a: int, b: int) -> bool:
+    return ((a - b) & SEQ_MASK) < _HALF
+
+
+def seq_max(a: int, b: int) -> int:
+    return a if seq_ge(a, b) else b
+
+
+def seq_min(a: int, b: int) -> int:
+    return a if seq_le(a, b) else b
