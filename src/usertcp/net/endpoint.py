@@ -7,6 +7,8 @@ they call ``receive``/``handle_timer`` with the time, then drain
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from usertcp.wire.segment import Buffer, TxPacket
@@ -24,3 +26,24 @@ class Endpoint(Protocol):
 
     def handle_timer(self, now: float) -> None:
         """Run every timer due at or before ``now``."""
+
+
+class Driver(Protocol):
+    """What the socket API needs from whatever runs the endpoints (virtual or real time).
+
+    Application calls mutate a stack under ``lock`` and then ``kick()`` so the driver
+    sends what became ready and re-arms timers. Blocking calls use ``wait_until``:
+    a virtual-time driver runs the simulation until the predicate holds; a real-time
+    driver sleeps on a condition that its I/O thread notifies.
+    """
+
+    lock: AbstractContextManager[object]
+
+    def now(self) -> float:
+        """The driver's current time in seconds."""
+
+    def kick(self) -> None:
+        """Flush every endpoint's pending output and re-arm timers, at ``now()``."""
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Block until ``predicate()`` is true (True) or ``timeout`` seconds pass (False)."""
