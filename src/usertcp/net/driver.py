@@ -1,0 +1,308 @@
+"""Drivers that run a :class:`~usertcp.net.memnet.Network`: virtual time and real time.
+
+Both keep one heap of events ``(time, sequence, kind, target, data)``; the
+sequence number breaks ties by insertion order, so equal-time events run in the
+order they were scheduled and a virtual-time run is fully deterministic. Two
+kinds exist: a delivery (target = link direction, data = the packet bytes) and
+a timer (target = host, data = the host's timer generation when it was armed).
+Re-arming a timer bumps the host's generation instead of searching the heap, so
+stale timer entries are skipped in O(1) when popped.
+
+After every ``receive``/``handle_timer`` on an endpoint the driver drains its
+``datagrams_to_send()`` into the links and re-reads its ``get_timer()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from heapq import heappop, heappush
+from types import TracebackType
+from typing import Any
+
+from usertcp.net.memnet import Host, LinkDirection, Network
+
+_DELIVER = 0
+_TIMER = 1
+_INF = float("inf")
+# handle_timer calls in a row that leave the timer due at or before now: an
+# endpoint that never clears its timer would otherwise spin forever in virtual time.
+_MAX_TIMER_SPIN = 10_000
+
+Event = tuple[float, int, int, Any, Any]
+
+
+class _EventLoop:
+    """The heap and the per-endpoint stepping shared by both drivers."""
+
+    def __init__(self, network: Network) -> None:
+        self.network = network
+        self._heap: list[Event] = []
+        self._next_seq = itertools.count().__next__
+        self.events = 0   # events processed (deliveries and live timers), for measurements
+        network._attach(self, self._schedule_delivery)
+
+    def _schedule_delivery(self, t: float, direction: LinkDirection, data: bytes) -> None:
+        heappush(self._heap, (t, self._next_seq(), _DELIVER, direction, data))
+
+    def _after(self, host: Host, now: float) -> None:
+        """Drain what ``host`` wants to send and re-arm its timer if it moved."""
+        ep = host.endpoint
+        out = ep.datagrams_to_send()
+        if out:
+            tx = self.network.transmit
+            for p in out:
+                tx(host, p, now)
+        t = ep.get_timer()
+        if t != host.timer_at:
+            host.timer_gen += 1
+            host.timer_at = t
+            if t is not None:
+                # A deadline in the past fires now, never back in time.
+                heappush(self._heap, (t if t > now else now, self._next_seq(), _TIMER, host, host.timer_gen))
+
+    def _fire(self, host: Host, now: float) -> None:
+        host.timer_at = None     # consumed: asking for the same deadline again re-arms it
+        host.endpoint.handle_timer(now)
+        self._after(host, now)
+        t = host.timer_at
+        if t is not None and t <= now:
+            host.timer_spin += 1
+            if host.timer_spin > _MAX_TIMER_SPIN:
+                raise RuntimeError(f"{host!r} keeps asking for a timer at {t} <= now={now} "
+                                   "after handle_timer")
+        else:
+            host.timer_spin = 0
+
+    def _kick_all(self, now: float) -> None:
+        for host in self.network.hosts:
+            self._after(host, now)
+
+    def _drop_stale_top(self) -> None:
+        heap = self._heap
+        while heap:
+            ev = heap[0]
+            if ev[2] == _TIMER and ev[4] != ev[3].timer_gen:
+                heappop(heap)
+            else:
+                return
+
+    def pending(self) -> int:
+        """Events still queued (stale timer entries included)."""
+        return len(self._heap)
+
+
+class VirtualTimeDriver(_EventLoop):
+    """A deterministic discrete-event loop: time jumps from one event to the next.
+
+    Single-threaded; ``lock`` is a no-op. Blocking application calls use
+    ``wait_until`` (= ``run_until``), which runs the whole simulation forward until
+    their condition holds.
+    """
+
+    def __init__(self, network: Network, start: float = 0.0) -> None:
+        super().__init__(network)
+        self._now = start
+        self.lock: AbstractContextManager[object] = contextlib.nullcontext()
+
+    def now(self) -> float:
+        return self._now
+
+    def kick(self) -> None:
+        """Drain every endpoint at the current time and refresh its timer."""
+        self._kick_all(self._now)
+
+    def _run(self, predicate: Callable[[], bool] | None, deadline: float) -> bool:
+        """Process events up to ``deadline``; True as soon as ``predicate()`` holds."""
+        heap = self._heap
+        pop = heappop
+        after = self._after
+        n = 0
+        try:
+            while heap:
+                ev = heap[0]
+                t = ev[0]
+                if t > deadline:
+                    return False
+                pop(heap)
+                if ev[2] == _DELIVER:
+                    self._now = t
+                    data = ev[4]
+                    host = ev[3]._arrive(data, t)
+                    host.endpoint.receive(data, t)
+                    after(host, t)
+                else:
+                    host = ev[3]
+                    if ev[4] != host.timer_gen:
+                        continue   # re-armed since: stale
+                    self._now = t
+                    self._fire(host, t)
+                n += 1
+                if predicate is not None and predicate():
+                    return True
+            return False
+        finally:
+            self.events += n
+
+    def run_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Run until ``predicate()`` holds (checked after each event), ``timeout``
+        virtual seconds pass, or no event is left; returns ``predicate()``.
+
+        When it gives up with a finite ``timeout`` the clock is left at the deadline,
+        as if the caller had really waited that long.
+        """
+        self.kick()
+        if predicate():
+            return True
+        deadline = _INF if timeout is None else self._now + timeout
+        if self._run(predicate, deadline):
+            return True
+        if deadline != _INF and self._now < deadline:
+            self._now = deadline
+        return predicate()
+
+    wait_until = run_until
+
+    def run_for(self, seconds: float) -> None:
+        """Process every event in the next ``seconds``; the clock ends at now + seconds."""
+        self.kick()
+        deadline = self._now + seconds
+        self._run(None, deadline)
+        if self._now < deadline:
+            self._now = deadline
+
+    def run_until_idle(self, limit: float) -> bool:
+        """Run until no event is left (True) or ``limit`` virtual seconds pass (False)."""
+        self.kick()
+        deadline = self._now + limit
+        self._run(None, deadline)
+        self._drop_stale_top()
+        if self._heap:
+            self._now = max(self._now, deadline)
+            return False
+        return True
+
+
+class RealTimeDriver(_EventLoop):
+    """The same event loop run by a background thread against ``time.monotonic()``.
+
+    Thread safety: the I/O thread holds ``lock`` (an RLock) while it steps
+    endpoints, so application code must call stack methods only while holding
+    ``driver.lock``, then ``kick()`` (which takes the lock itself and may be called
+    with it held). ``wait_until`` may be called with or without the lock held; it
+    must not be called from the I/O thread (i.e. from inside an endpoint callback).
+    Taps and pcap writers run on the I/O thread.
+    """
+
+    def __init__(self, network: Network) -> None:
+        super().__init__(network)
+        self.lock = threading.RLock()
+        self._cond = threading.Condition(self.lock)
+        self._thread: threading.Thread | None = None
+        self._running = False
+        self.error: BaseException | None = None   # what killed the I/O thread, if anything
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def start(self) -> None:
+        with self._cond:
+            if self._running:
+                return
+            self._running = True
+            self._kick_all(time.monotonic())
+        self._thread = threading.Thread(target=self._loop, name="usertcp-realtime", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._running = False
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        self._thread = None
+
+    def __enter__(self) -> RealTimeDriver:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def kick(self) -> None:
+        """Flush every endpoint now and wake the I/O thread to re-plan its sleep."""
+        with self._cond:
+            self._kick_all(time.monotonic())
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        heap = self._heap
+        monotonic = time.monotonic
+        with self._cond:
+            try:
+                while self._running:
+                    n = 0
+                    now = monotonic()
+                    while heap and heap[0][0] <= now:
+                        ev = heappop(heap)
+                        # Late events run at the current time: the endpoint's clock
+                        # must never go back behind a now() the application saw.
+                        if ev[2] == _DELIVER:
+                            data = ev[4]
+                            host = ev[3]._arrive(data, now)
+                            host.endpoint.receive(data, now)
+                            self._after(host, now)
+                        else:
+                            host = ev[3]
+                            if ev[4] != host.timer_gen:
+                                continue
+                            self._fire(host, now)
+                        n += 1
+                        now = monotonic()
+                    if n:
+                        self.events += n
+                        self._cond.notify_all()
+                    self._drop_stale_top()
+                    if heap:
+                        delay = heap[0][0] - monotonic()
+                        if delay > 0:
+                            self._cond.wait(delay)
+                    else:
+                        self._cond.wait()
+            except BaseException as e:
+                self.error = e
+                self._running = False
+                self._cond.notify_all()
+                raise
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Sleep until ``predicate()`` holds (True) or ``timeout`` real seconds pass (False).
+
+        The predicate is evaluated with ``lock`` held, after each batch of events.
+        """
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("wait_until called from the driver's own I/O thread")
+        with self._cond:
+            if predicate():
+                return True
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                if self.error is not None:
+                    raise RuntimeError("the real-time driver's I/O thread died") from self.error
+                if not self._running:
+                    raise RuntimeError("the real-time driver is not running (call start())")
+                if deadline is None:
+                    self._cond.wait()
+                else:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
+                if predicate():
+                    return True

@@ -1,0 +1,393 @@
+"""An in-memory network of sans-IO endpoints joined by impaired point-to-point links.
+
+The network only decides *when* and *whether* a packet arrives; a driver
+(:mod:`usertcp.net.driver`) owns the clock and the event queue and calls
+:meth:`LinkDirection._arrive` when a delivery is due. Every random decision comes
+from the network's own ``random.Random(seed)``, so a run is reproducible from its
+seed (as long as the endpoints themselves are deterministic).
+
+Per packet, a link direction applies, in this order: queue admission (tail drop
+beyond ``queue_limit`` when ``bandwidth_bps`` is set), serialisation behind the
+packets already queued, propagation ``delay``, then loss, duplication, corruption,
+reordering and jitter. Lost packets still used the bandwidth: they were lost on the
+wire, not in the queue.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields, replace
+from ipaddress import IPv4Address, IPv6Address, ip_address
+from typing import TYPE_CHECKING, Any, Literal
+
+from usertcp.net.endpoint import Endpoint
+from usertcp.wire.segment import Buffer, TxPacket
+
+if TYPE_CHECKING:
+    from usertcp.net.pcap import PcapWriter
+
+Address = str | IPv4Address | IPv6Address
+TapWhere = Literal["send", "deliver"]
+# (packet bytes, time, direction it travels on)
+Tap = Callable[[bytes, float, "LinkDirection"], None]
+# What a driver installs to be told about a future delivery.
+Scheduler = Callable[[float, "LinkDirection", bytes], None]
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """The behaviour of one link direction. Probabilities are per packet."""
+
+    delay: float = 0.001                 # one-way propagation, seconds
+    bandwidth_bps: float | None = None   # None: infinitely fast, no queue
+    queue_limit: int = 1000              # packets waiting or being serialised
+    loss: float = 0.0
+    reorder: float = 0.0                 # chance of an extra ``reorder_delay``
+    reorder_delay: float | None = None   # None: 2 * delay
+    duplicate: float = 0.0
+    corrupt: float = 0.0                 # flip one checksummed bit
+    jitter: float = 0.0                  # uniform extra delay in [0, jitter); keeps FIFO order
+
+    def __post_init__(self) -> None:
+        for name in ("loss", "reorder", "duplicate", "corrupt"):
+            p = getattr(self, name)
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name}={p} is not a probability")
+        if self.delay < 0 or self.jitter < 0 or (self.reorder_delay is not None and self.reorder_delay < 0):
+            raise ValueError("delays must be >= 0")
+        if self.bandwidth_bps is not None and self.bandwidth_bps <= 0:
+            raise ValueError("bandwidth_bps must be > 0 or None")
+        if self.queue_limit < 1:
+            raise ValueError("queue_limit must be >= 1")
+
+    def with_(self, **changes: Any) -> LinkConfig:
+        """A copy with some fields changed (``cfg.with_(loss=0.05)``)."""
+        return replace(self, **changes)
+
+
+@dataclass(slots=True)
+class LinkStats:
+    """Counters of one link direction. ``bytes`` counts what was offered to the link."""
+
+    sent: int = 0
+    delivered: int = 0
+    lost: int = 0
+    queue_drops: int = 0
+    reordered: int = 0
+    duplicated: int = 0
+    corrupted: int = 0
+    bytes: int = 0
+    bytes_delivered: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class Host:
+    """One endpoint attached to the network, with its addresses and routes.
+
+    ``timer_at``/``timer_gen`` belong to the driver: the armed deadline and a
+    generation number that makes older heap entries for this host stale.
+    """
+
+    __slots__ = ("network", "endpoint", "name", "addresses", "packed", "routes",
+                 "timer_at", "timer_gen", "timer_spin")
+
+    def __init__(self, network: Network, endpoint: Endpoint, addresses: tuple[IPv4Address | IPv6Address, ...],
+                 name: str) -> None:
+        self.network = network
+        self.endpoint = endpoint
+        self.name = name
+        self.addresses = addresses
+        self.packed = frozenset(a.packed for a in addresses)
+        self.routes: dict[bytes, LinkDirection] = {}   # packed destination -> direction
+        self.timer_at: float | None = None
+        self.timer_gen = 0
+        self.timer_spin = 0
+
+    def __repr__(self) -> str:
+        return f"Host({self.name!r}, {[str(a) for a in self.addresses]})"
+
+
+class LinkDirection:
+    """One direction of a link: a transmit queue, a wire and its impairments."""
+
+    __slots__ = ("network", "src", "dst", "name", "stats", "config", "_impaired", "_reorder_delay",
+                 "_busy_until", "_queue", "_last_arrival")
+
+    def __init__(self, network: Network, src: Host, dst: Host, config: LinkConfig) -> None:
+        self.network = network
+        self.src = src
+        self.dst = dst
+        self.name = f"{src.name}->{dst.name}"
+        self.stats = LinkStats()
+        self._busy_until = 0.0           # when the transmitter finishes the last queued packet
+        self._queue: deque[float] = deque()  # finish times of packets not yet fully serialised
+        self._last_arrival = float("-inf")   # arrivals of in-order packets never go backwards
+        self.config = config
+        self._impaired = False
+        self._reorder_delay = 0.0
+        self.set_config(config)
+
+    def set_config(self, config: LinkConfig) -> None:
+        """Change the behaviour from now on; packets already in flight keep their fate."""
+        self.config = config
+        # One flag so an unimpaired link skips every random draw on the hot path.
+        self._impaired = bool(config.loss or config.reorder or config.duplicate or config.corrupt
+                              or config.jitter)
+        self._reorder_delay = 2 * config.delay if config.reorder_delay is None else config.reorder_delay
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+    def send(self, data: bytes, now: float) -> None:
+        """Offer one packet to this direction at time ``now``."""
+        st = self.stats
+        st.sent += 1
+        st.bytes += len(data)
+        net = self.network
+        if net._send_taps:
+            net._run_taps(net._send_taps, data, now, self)
+        cfg = self.config
+        bw = cfg.bandwidth_bps
+        if bw is None:
+            t = now + cfg.delay
+        else:
+            q = self._queue
+            while q and q[0] <= now:
+                q.popleft()
+            if len(q) >= cfg.queue_limit:
+                st.queue_drops += 1
+                return
+            busy = self._busy_until
+            finish = (busy if busy > now else now) + len(data) * 8 / bw
+            self._busy_until = finish
+            q.append(finish)
+            t = finish + cfg.delay
+        schedule = net._schedule
+        if schedule is None:
+            raise RuntimeError("no driver is attached to this network")
+        if not self._impaired:
+            if t < self._last_arrival:
+                t = self._last_arrival
+            self._last_arrival = t
+            schedule(t, self, data)
+            return
+
+        rng = net.rng
+        if cfg.loss and rng.random() < cfg.loss:
+            st.lost += 1
+            return
+        copies = 1
+        if cfg.duplicate and rng.random() < cfg.duplicate:
+            st.duplicated += 1
+            copies = 2
+        if cfg.jitter:
+            t += rng.random() * cfg.jitter
+        reordered = bool(cfg.reorder) and rng.random() < cfg.reorder
+        if reordered:
+            # Held back without moving _last_arrival, so later packets overtake it.
+            st.reordered += 1
+            t += self._reorder_delay
+        else:
+            if t < self._last_arrival:
+                t = self._last_arrival
+            self._last_arrival = t
+        for _ in range(copies):
+            pkt = data
+            if cfg.corrupt and rng.random() < cfg.corrupt:
+                st.corrupted += 1
+                pkt = _flip_bit(data, rng)
+            schedule(t, self, pkt)
+
+    def _arrive(self, data: bytes, now: float) -> Host:
+        """Account a delivery that is due now (called by the driver); returns the receiver."""
+        st = self.stats
+        st.delivered += 1
+        st.bytes_delivered += len(data)
+        net = self.network
+        if net._deliver_taps:
+            net._run_taps(net._deliver_taps, data, now, self)
+        return self.dst
+
+    def __repr__(self) -> str:
+        return f"LinkDirection({self.name})"
+
+
+def _flip_bit(data: bytes, rng: random.Random) -> bytes:
+    """A copy of ``data`` with one bit flipped where a checksum covers it.
+
+    IPv4: the header checksum covers the header and TCP's the rest. IPv6 has no
+    header checksum, so bytes 0..7 (version, traffic class, flow label, length,
+    next header, hop limit) are skipped: a flip there (e.g. an ECN bit) would pass
+    unnoticed. Addresses and the upper layer are covered by the TCP pseudo-header.
+    """
+    start = 8 if len(data) > 8 and data[0] >> 4 == 6 else 0
+    if len(data) <= start:
+        return data
+    bit = rng.randrange(start * 8, len(data) * 8)
+    buf = bytearray(data)
+    buf[bit >> 3] ^= 0x80 >> (bit & 7)
+    return bytes(buf)
+
+
+class Link:
+    """A bidirectional link between two hosts: ``ab`` (a to b) and ``ba`` (b to a)."""
+
+    __slots__ = ("a", "b", "ab", "ba")
+
+    def __init__(self, ab: LinkDirection, ba: LinkDirection) -> None:
+        self.a = ab.src
+        self.b = ab.dst
+        self.ab = ab
+        self.ba = ba
+
+    def set_config(self, config_ab: LinkConfig, config_ba: LinkConfig | None = None) -> None:
+        """Reconfigure both directions (``config_ba`` defaults to ``config_ab``)."""
+        self.ab.set_config(config_ab)
+        self.ba.set_config(config_ab if config_ba is None else config_ba)
+
+    def direction(self, src: Host) -> LinkDirection:
+        """The direction that carries packets sent by ``src``."""
+        if src is self.a:
+            return self.ab
+        if src is self.b:
+            return self.ba
+        raise ValueError(f"{src!r} is not on this link")
+
+    @property
+    def directions(self) -> tuple[LinkDirection, LinkDirection]:
+        return (self.ab, self.ba)
+
+    def __repr__(self) -> str:
+        return f"Link({self.a.name}<->{self.b.name})"
+
+
+@dataclass(eq=False)   # identity, so remove() takes out exactly this tap
+class _TapEntry:
+    callback: Tap
+    directions: frozenset[int] | None   # id()s of the directions it watches; None: all
+
+
+class Network:
+    """Hosts and links, plus the seeded random source for every impairment."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.hosts: list[Host] = []
+        self.links: list[Link] = []
+        # Packets a host sent that no link carries, and ones too short to route.
+        self.stats: dict[str, int] = {"no_route": 0, "malformed": 0}
+        self._owner: dict[bytes, Host] = {}
+        self._send_taps: list[_TapEntry] = []
+        self._deliver_taps: list[_TapEntry] = []
+        self._schedule: Scheduler | None = None
+        self.driver: object | None = None
+
+    # -- topology -----------------------------------------------------------------
+
+    def add_host(self, endpoint: Endpoint, addresses: Iterable[Address], name: str | None = None) -> Host:
+        addrs = tuple(ip_address(a) if isinstance(a, str) else a for a in addresses)
+        for a in addrs:
+            if a.packed in self._owner:
+                raise ValueError(f"address {a} already belongs to {self._owner[a.packed]!r}")
+        host = Host(self, endpoint, addrs, name or f"h{len(self.hosts)}")
+        for a in addrs:
+            self._owner[a.packed] = host
+        self.hosts.append(host)
+        return host
+
+    def connect(self, host_a: Host, host_b: Host, config_ab: LinkConfig | None = None,
+                config_ba: LinkConfig | None = None) -> Link:
+        """Join two hosts; each direction gets its own config (``config_ba`` defaults to ``config_ab``)."""
+        if host_a is host_b:
+            raise ValueError("cannot link a host to itself")
+        cfg_ab = LinkConfig() if config_ab is None else config_ab
+        ab = LinkDirection(self, host_a, host_b, cfg_ab)
+        ba = LinkDirection(self, host_b, host_a, cfg_ab if config_ba is None else config_ba)
+        for p in host_b.packed:
+            host_a.routes[p] = ab
+        for p in host_a.packed:
+            host_b.routes[p] = ba
+        link = Link(ab, ba)
+        self.links.append(link)
+        return link
+
+    def host_of(self, address: Address) -> Host | None:
+        a = ip_address(address) if isinstance(address, str) else address
+        return self._owner.get(a.packed)
+
+    def _attach(self, driver: object, schedule: Scheduler) -> None:
+        if self._schedule is not None:
+            raise RuntimeError("a driver is already attached to this network")
+        self.driver = driver
+        self._schedule = schedule
+
+    # -- forwarding ---------------------------------------------------------------
+
+    def transmit(self, host: Host, packet: TxPacket | Buffer, now: float) -> None:
+        """Send one packet from ``host``: this is where it becomes bytes."""
+        data = packet.tobytes() if isinstance(packet, TxPacket) else bytes(packet)
+        n = len(data)
+        if n >= 20 and data[0] >> 4 == 4:
+            dst = data[16:20]
+        elif n >= 40 and data[0] >> 4 == 6:
+            dst = data[24:40]
+        else:
+            self.stats["malformed"] += 1
+            return
+        d = host.routes.get(dst)
+        if d is None:
+            self.stats["no_route"] += 1
+            return
+        d.send(data, now)
+
+    # -- taps ---------------------------------------------------------------------
+
+    def add_tap(self, callback: Tap, *, link: Link | LinkDirection | None = None,
+                where: TapWhere = "send") -> Callable[[], None]:
+        """Call ``callback(packet_bytes, time, direction)`` for each packet.
+
+        ``where="send"``: every packet a host puts on a link, at send time, before
+        queue drops and impairments (like tcpdump on the sender). ``"deliver"``:
+        what the receiver gets (after loss/corruption), at arrival time.
+        Returns a function that removes the tap.
+        """
+        if link is None:
+            dirs = None
+        elif isinstance(link, Link):
+            dirs = frozenset((id(link.ab), id(link.ba)))
+        else:
+            dirs = frozenset((id(link),))
+        if where not in ("send", "deliver"):
+            raise ValueError(f"where={where!r}")
+        entry = _TapEntry(callback, dirs)
+        taps = self._send_taps if where == "send" else self._deliver_taps
+        taps.append(entry)
+
+        def remove() -> None:
+            if entry in taps:
+                taps.remove(entry)
+        return remove
+
+    def attach_pcap(self, writer: PcapWriter, link: Link | LinkDirection | None = None, *,
+                    where: TapWhere = "send") -> Callable[[], None]:
+        """Capture every link (or one link or direction) into ``writer``."""
+        def tap(data: bytes, now: float, _d: LinkDirection) -> None:
+            writer.write(data, now)
+        return self.add_tap(tap, link=link, where=where)
+
+    @staticmethod
+    def _run_taps(taps: list[_TapEntry], data: bytes, now: float, d: LinkDirection) -> None:
+        key = id(d)
+        for e in taps:
+            if e.directions is None or key in e.directions:
+                e.callback(data, now, d)
+
+    def link_stats(self) -> dict[str, dict[str, int]]:
+        """Every direction's counters by name (``"h0->h1"``)."""
+        return {d.name: d.stats.as_dict() for link in self.links for d in link.directions}

@@ -1,0 +1,171 @@
+"""Send and receive buffers that hold references to byte chunks, not copies.
+
+The send buffer keeps every unacknowledged byte by reference (an application
+``bytes`` object or a payload-object view), so segments are built as memoryview
+slices of it. The receive buffer keeps the memoryviews the segments arrived in.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+
+from usertcp.wire.segment import Buffer
+
+
+class SendBuffer:
+    """Stream bytes from ``start`` (oldest unacknowledged) to ``end`` (last written).
+
+    Offsets are 0-based stream offsets (the first data byte is 0), unbounded ints.
+    """
+
+    __slots__ = ("_bufs", "_head", "_offs", "end", "start")
+
+    def __init__(self) -> None:
+        self._offs: list[int] = []
+        self._bufs: list[memoryview] = []
+        self._head = 0
+        self.start = 0
+        self.end = 0
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def append(self, data: Buffer) -> None:
+        """Keep ``data`` by reference; the caller hands over an immutable buffer."""
+        n = len(data)
+        if not n:
+            return
+        self._offs.append(self.end)
+        self._bufs.append(data if isinstance(data, memoryview) else memoryview(data))
+        self.end += n
+
+    def views(self, offset: int, length: int) -> list[memoryview]:
+        """The bytes [offset, offset+length) as slices of the stored chunks."""
+        if offset < self.start or offset + length > self.end:
+            raise ValueError(f"range {offset}+{length} outside {self.start}..{self.end}")
+        out: list[memoryview] = []
+        i = bisect_right(self._offs, offset, self._head) - 1
+        offs, bufs = self._offs, self._bufs
+        while length > 0:
+            buf = bufs[i]
+            skip = offset - offs[i]
+            take = min(length, len(buf) - skip)
+            out.append(buf[skip:skip + take] if skip or take != len(buf) else buf)
+            offset += take
+            length -= take
+            i += 1
+        return out
+
+    def release(self, upto: int) -> None:
+        """Forget every byte before stream offset ``upto`` (it was acknowledged)."""
+        if upto <= self.start:
+            return
+        upto = min(upto, self.end)
+        offs, bufs = self._offs, self._bufs
+        head = self._head
+        n = len(offs)
+        while head < n and offs[head] + len(bufs[head]) <= upto:
+            bufs[head] = memoryview(b"")   # drop the reference now
+            head += 1
+        self._head = head
+        self.start = upto
+        if head > 64 and head * 2 > n:
+            del offs[:head]
+            del bufs[:head]
+            self._head = 0
+
+
+class RecvBuffer:
+    """In-order received bytes not yet read, as the memoryviews they arrived in."""
+
+    __slots__ = ("_chunks", "size")
+
+    def __init__(self) -> None:
+        self._chunks: deque[memoryview] = deque()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(self, data: memoryview) -> None:
+        if len(data):
+            self._chunks.append(data)
+            self.size += len(data)
+
+    def read(self, n: int) -> bytes:
+        """Copy out and consume up to ``n`` bytes."""
+        if n >= self.size:
+            out = b"".join(self._chunks)
+            self._chunks.clear()
+            self.size = 0
+            return out
+        parts: list[memoryview] = []
+        chunks = self._chunks
+        need = n
+        while need:
+            c = chunks[0]
+            if len(c) <= need:
+                parts.append(chunks.popleft())
+                need -= len(c)
+            else:
+                parts.append(c[:need])
+                chunks[0] = c[need:]
+                need = 0
+        self.size -= n
+        return b"".join(parts)
+
+    def read_into(self, target: memoryview) -> int:
+        n = min(len(target), self.size)
+        pos = 0
+        chunks = self._chunks
+        while pos < n:
+            c = chunks[0]
+            take = min(len(c), n - pos)
+            target[pos:pos + take] = c[:take]
+            pos += take
+            if take == len(c):
+                chunks.popleft()
+            else:
+                chunks[0] = c[take:]
+        self.size -= n
+        return n
+
+    def peek(self, offset: int, length: int) -> bytes:
+        return b"".join(self.views(offset, length))
+
+    def views(self, offset: int, length: int) -> list[memoryview]:
+        """References to [offset, offset+length) of the unread bytes, no copy."""
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise ValueError("range outside the received bytes")
+        out: list[memoryview] = []
+        pos = 0
+        for c in self._chunks:
+            if length <= 0:
+                break
+            end = pos + len(c)
+            if end > offset:
+                lo = max(offset - pos, 0)
+                take = min(len(c) - lo, length)
+                out.append(c[lo:lo + take] if lo or take != len(c) else c)
+                offset += take
+                length -= take
+            pos = end
+        return out
+
+    def discard(self, n: int) -> None:
+        n = min(n, self.size)
+        chunks = self._chunks
+        left = n
+        while left:
+            c = chunks[0]
+            if len(c) <= left:
+                chunks.popleft()
+                left -= len(c)
+            else:
+                chunks[0] = c[left:]
+                left = 0
+        self.size -= n
+
+    def chunks(self) -> deque[memoryview]:
+        return self._chunks

@@ -1,0 +1,161 @@
+"""Stack-wide configuration: the knobs Linux exposes as net.ipv4.tcp_* sysctls.
+
+Defaults are Linux's own (6.x), so that a peer or a packetdrill script written for
+Linux sees the behaviour it expects. ``from_sysctls`` maps sysctl names onto fields.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+# net.ipv4.tcp_fastopen bits (include/net/tcp.h).
+TFO_CLIENT_ENABLE = 0x1
+TFO_SERVER_ENABLE = 0x2
+TFO_CLIENT_NO_COOKIE = 0x4
+TFO_SERVER_COOKIE_NOT_REQD = 0x200
+TFO_SERVER_WO_SOCKOPT1 = 0x400
+
+DEFAULT_TFO_KEY = bytes(16)
+
+
+@dataclass(slots=True)
+class StackConfig:
+    timestamps: bool = True               # tcp_timestamps (RFC 7323)
+    sack: bool = True                     # tcp_sack (RFC 2018)
+    dsack: bool = True                    # tcp_dsack (RFC 2883)
+    window_scaling: bool = True           # tcp_window_scaling (RFC 7323 §2)
+    rmem: tuple[int, int, int] = (4096, 131072, 6291456)   # tcp_rmem min/default/max
+    wmem: tuple[int, int, int] = (4096, 16384, 4194304)    # tcp_wmem min/default/max
+    congestion_control: str = "cubic"     # tcp_congestion_control
+    initial_cwnd_segments: int = 10       # RFC 6928
+    rto_initial: float = 1.0              # RFC 6298 §2.1
+    rto_min: float = 0.2                  # Linux TCP_RTO_MIN
+    rto_max: float = 120.0                # Linux TCP_RTO_MAX
+    syn_retries: int = 6                  # tcp_syn_retries
+    synack_retries: int = 5               # tcp_synack_retries
+    retries2: int = 15                    # tcp_retries2
+    delack_min: float = 0.040             # Linux TCP_DELACK_MIN / TCP_ATO_MIN
+    delack_max: float = 0.200             # TCP_DELACK_MAX
+    quickack_segments: int = 16           # TCP_MAX_QUICKACKS
+    time_wait: float = 60.0               # 2*MSL (Linux TCP_TIMEWAIT_LEN)
+    fin_timeout: float = 60.0             # tcp_fin_timeout for orphaned FIN_WAIT_2
+    max_time_wait: int = 262144           # tcp_max_tw_buckets
+    keepalive_time: float = 7200.0        # tcp_keepalive_time
+    keepalive_intvl: float = 75.0
+    keepalive_probes: int = 9
+    reordering: int = 3                   # tcp_reordering: DupThresh (RFC 5681/6675)
+    fastopen: int = TFO_CLIENT_ENABLE     # tcp_fastopen bit mask
+    fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
+    fastopen_backup_key: bytes | None = None
+    syncookies: int = 1                   # tcp_syncookies
+    max_syn_backlog: int = 4096           # tcp_max_syn_backlog
+    somaxconn: int = 4096
+    challenge_ack_limit: int = 1000       # tcp_challenge_ack_limit per second (RFC 5961 §7)
+    invalid_ratelimit: float = 0.5        # tcp_invalid_ratelimit (per-socket out-of-window ACKs)
+    mtu: int = 1500
+    ttl: int = 64
+    min_tso_segs: int = 2
+    slow_start_after_idle: bool = False   # packetdrill's defaults.sh turns it off
+    abort_on_overflow: bool = False
+    reassembly_max_segments: int = 1024
+    max_orphans: int = 65536
+    header_prediction: bool = True        # the fast path (header-prediction issue)
+    md5_fast_path: bool = True
+    isn_secret: bytes = field(default_factory=lambda: os.urandom(16))
+    ts_secret: bytes = field(default_factory=lambda: os.urandom(16))
+    random_ts_offset: bool = True         # tcp_timestamps=1 randomises per connection (Linux >= 4.10)
+
+    @property
+    def rcv_wscale(self) -> int:
+        """Linux tcp_select_initial_window: enough shift to cover the largest receive space."""
+        if not self.window_scaling:
+            return 0
+        space = self.rmem[2]
+        wscale = 0
+        while space > 65535 and wscale < 14:
+            space >>= 1
+            wscale += 1
+        return wscale
+
+    def apply_sysctl(self, name: str, value: str) -> bool:
+        """Set one ``net.ipv4.tcp_*`` sysctl; False if it is not modelled."""
+        key = name.removeprefix("net.ipv4.").removeprefix("net/ipv4/")
+        value = value.strip()
+        handler = _SYSCTLS.get(key)
+        if handler is None:
+            return False
+        handler(self, value)
+        return True
+
+
+def _int(v: str) -> int:
+    return int(v, 0)
+
+
+def _set_bool(attr: str):  # type: ignore[no-untyped-def]
+    def setter(cfg: StackConfig, v: str) -> None:
+        setattr(cfg, attr, _int(v) != 0)
+    return setter
+
+
+def _set_int(attr: str):  # type: ignore[no-untyped-def]
+    def setter(cfg: StackConfig, v: str) -> None:
+        setattr(cfg, attr, _int(v))
+    return setter
+
+
+def _set_mem(attr: str):  # type: ignore[no-untyped-def]
+    def setter(cfg: StackConfig, v: str) -> None:
+        parts = [int(x) for x in v.replace(",", " ").split()]
+        if len(parts) != 3:
+            raise ValueError(f"{attr} needs three integers, got {v!r}")
+        setattr(cfg, attr, (parts[0], parts[1], parts[2]))
+    return setter
+
+
+def _set_tfo_key(cfg: StackConfig, v: str) -> None:
+    keys = [k for k in v.split(",") if k]
+    cfg.fastopen_key = parse_tfo_key(keys[0])
+    cfg.fastopen_backup_key = parse_tfo_key(keys[1]) if len(keys) > 1 else None
+
+
+def parse_tfo_key(text: str) -> bytes:
+    """The sysctl form a1a1a1a1-b2b2b2b2-...: four u32 words, each stored little-endian."""
+    words = text.strip().split("-")
+    if len(words) != 4:
+        raise ValueError(f"a TFO key is four dash-separated hex words, got {text!r}")
+    return b"".join(int(w, 16).to_bytes(4, "little") for w in words)
+
+
+def _set_cc(cfg: StackConfig, v: str) -> None:
+    cfg.congestion_control = v
+
+
+_SYSCTLS = {
+    "tcp_timestamps": _set_bool("timestamps"),
+    "tcp_sack": _set_bool("sack"),
+    "tcp_dsack": _set_bool("dsack"),
+    "tcp_window_scaling": _set_bool("window_scaling"),
+    "tcp_rmem": _set_mem("rmem"),
+    "tcp_wmem": _set_mem("wmem"),
+    "tcp_congestion_control": _set_cc,
+    "tcp_syn_retries": _set_int("syn_retries"),
+    "tcp_synack_retries": _set_int("synack_retries"),
+    "tcp_retries2": _set_int("retries2"),
+    "tcp_fastopen": _set_int("fastopen"),
+    "tcp_fastopen_key": _set_tfo_key,
+    "tcp_syncookies": _set_int("syncookies"),
+    "tcp_max_syn_backlog": _set_int("max_syn_backlog"),
+    "tcp_reordering": _set_int("reordering"),
+    "tcp_min_tso_segs": _set_int("min_tso_segs"),
+    "tcp_slow_start_after_idle": _set_bool("slow_start_after_idle"),
+    "tcp_abort_on_overflow": _set_bool("abort_on_overflow"),
+    "tcp_challenge_ack_limit": _set_int("challenge_ack_limit"),
+    "tcp_keepalive_time": lambda c, v: setattr(c, "keepalive_time", float(_int(v))),
+    "tcp_keepalive_intvl": lambda c, v: setattr(c, "keepalive_intvl", float(_int(v))),
+    "tcp_keepalive_probes": _set_int("keepalive_probes"),
+    "tcp_fin_timeout": lambda c, v: setattr(c, "fin_timeout", float(_int(v))),
+}
+
+CONFIG_FIELDS = tuple(f.name for f in fields(StackConfig))

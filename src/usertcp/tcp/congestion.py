@@ -1,0 +1,305 @@
+"""Congestion control: NewReno (RFC 5681 / RFC 6582) and CUBIC (RFC 9438), byte-counted.
+
+All windows are in bytes; CUBIC's window function is defined in segments, so it is
+evaluated in segments and converted with the current MSS.  Time only comes from the
+``now`` argument (seconds).  Loss recovery itself (which segments to retransmit,
+pipe/PRR during recovery) belongs to the caller: these classes only decide cwnd and
+ssthresh at the points the caller reports.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+__all__ = [
+    "AVAILABLE",
+    "INFINITE_SSTHRESH",
+    "CongestionControl",
+    "Cubic",
+    "NewReno",
+    "create_congestion_control",
+]
+
+# "Arbitrarily high" initial ssthresh (RFC 5681 §3.1); Linux TCP_INFINITE_SSTHRESH role.
+INFINITE_SSTHRESH = 1 << 62
+
+
+class CongestionControl:
+    """Base class: slow start and the shared bookkeeping; subclasses do avoidance and decrease."""
+
+    name: ClassVar[str] = "base"
+
+    __slots__ = ("_ca_acked", "cwnd", "mss", "ssthresh")
+
+    def __init__(self, mss: int, initial_window: int | None = None) -> None:
+        if mss <= 0:
+            raise ValueError("mss must be positive")
+        self.mss = mss
+        # RFC 6928 IW10; Linux uses TCP_INIT_CWND = 10 segments regardless of MSS.
+        self.cwnd: int = 10 * mss if initial_window is None else initial_window
+        self.ssthresh: int = INFINITE_SSTHRESH
+        self._ca_acked = 0  # bytes acked in congestion avoidance not yet turned into cwnd
+
+    # -- helpers -----------------------------------------------------------------------
+
+    @property
+    def in_slow_start(self) -> bool:
+        # RFC 5681 §3.1: slow start while cwnd < ssthresh.
+        return self.cwnd < self.ssthresh
+
+    def _loss_ssthresh(self, in_flight: int) -> int:
+        # RFC 5681 §3.1 eq. (4): max(FlightSize / 2, 2*SMSS).
+        return max(in_flight // 2, 2 * self.mss)
+
+    def _slow_start(self, acked: int) -> int:
+        """Grow by the bytes acked, up to ssthresh; return what is left for avoidance.
+
+        RFC 5681 §3.1 caps growth at SMSS per ACK (or L*SMSS with RFC 3465); Linux's
+        tcp_slow_start() grows by every acked segment, which we follow (no L limit).
+        """
+        room = self.ssthresh - self.cwnd
+        grow = min(acked, room)
+        self.cwnd += grow
+        return acked - grow
+
+    def _reno_avoid(self, acked: int) -> None:
+        # RFC 5681 §3.1 byte counting (RFC 3465 §2.1): one SMSS per cwnd bytes acked,
+        # the same as Linux tcp_cong_avoid_ai() with w = cwnd.
+        self._ca_acked += acked
+        if self._ca_acked >= self.cwnd:
+            inc = self._ca_acked // self.cwnd
+            self._ca_acked -= inc * self.cwnd
+            self.cwnd += inc * self.mss
+
+    def _rescale(self, num: int, den: int) -> None:
+        """Hook for subclasses: rescale private windows by num/den on an MSS change."""
+
+    # -- interface used by the connection ----------------------------------------------
+
+    def set_mss(self, mss: int) -> None:
+        """Change the MSS keeping the windows constant in *segments* (Linux counts segments)."""
+        if mss <= 0:
+            raise ValueError("mss must be positive")
+        if mss == self.mss:
+            return
+        old = self.mss
+        self.cwnd = max(self.cwnd * mss // old, mss)
+        if self.ssthresh < INFINITE_SSTHRESH:
+            self.ssthresh = max(self.ssthresh * mss // old, 2 * mss)
+        self._ca_acked = self._ca_acked * mss // old
+        self._rescale(mss, old)
+        self.mss = mss
+
+    def on_ack(
+        self, acked: int, now: float, rtt: float | None, in_flight: int, *, app_limited: bool = False
+    ) -> None:
+        """An ACK advanced snd_una by ``acked`` bytes outside loss recovery.
+
+        ``app_limited`` (the sender did not fill cwnd) freezes cwnd: RFC 7661 / RFC 9438
+        §5.8, Linux tcp_is_cwnd_limited().
+        """
+        if acked <= 0 or app_limited:
+            return
+        if self.in_slow_start:
+            acked = self._slow_start(acked)
+            if acked <= 0:
+                return
+        self._avoid(acked, now, rtt)
+
+    def _avoid(self, acked: int, now: float, rtt: float | None) -> None:
+        raise NotImplementedError
+
+    def on_congestion_event(self, now: float, in_flight: int) -> None:
+        """Loss detected by dupacks/SACK: entering fast recovery."""
+        raise NotImplementedError
+
+    def on_recovery_exit(self) -> None:
+        """Recovery ended by a full ACK: deflate to ssthresh (RFC 6582 §3.2 step 5)."""
+        # Option (2) of the RFC, which is what Linux's tcp_end_cwnd_reduction() does.
+        if self.ssthresh < INFINITE_SSTHRESH:
+            self.cwnd = self.ssthresh
+        self._ca_acked = 0
+
+    def on_rto(self, now: float, in_flight: int, *, first_timeout: bool = True) -> None:
+        """Retransmission timer expired.
+
+        ssthresh is only recomputed for the first timeout of a segment (RFC 5681 §3.1:
+        "has not yet been resent by way of the retransmission timer"); cwnd becomes the
+        loss window, 1 SMSS, in every case.
+        """
+        raise NotImplementedError
+
+    def state_info(self) -> dict[str, int | str]:
+        """tcp_info-like fields: windows in segments, as Linux reports them."""
+        initial_ss = self.ssthresh >= INFINITE_SSTHRESH
+        return {
+            "tcpi_ca_name": self.name,
+            "tcpi_snd_cwnd": self.cwnd // self.mss,
+            # Linux reports 0 while still in the initial slow start.
+            "tcpi_snd_ssthresh": 0 if initial_ss else self.ssthresh // self.mss,
+            "cwnd_bytes": self.cwnd,
+            "ssthresh_bytes": self.ssthresh,
+        }
+
+
+class NewReno(CongestionControl):
+    """Reno/NewReno window management (RFC 5681 §3, RFC 6582); Linux's "reno"."""
+
+    name: ClassVar[str] = "reno"
+
+    __slots__ = ()
+
+    def _avoid(self, acked: int, now: float, rtt: float | None) -> None:
+        self._reno_avoid(acked)
+
+    def on_congestion_event(self, now: float, in_flight: int) -> None:
+        # RFC 5681 §3.2 step 2 / RFC 6675 §5: ssthresh = max(FlightSize/2, 2*SMSS); the
+        # caller's recovery (pipe / PRR) governs sending, cwnd is set to the target.
+        self.ssthresh = self._loss_ssthresh(in_flight)
+        self.cwnd = self.ssthresh
+        self._ca_acked = 0
+
+    def on_rto(self, now: float, in_flight: int, *, first_timeout: bool = True) -> None:
+        if first_timeout:
+            self.ssthresh = self._loss_ssthresh(in_flight)
+        self.cwnd = self.mss  # loss window, RFC 5681 §3.1
+        self._ca_acked = 0
+
+
+class Cubic(CongestionControl):
+    """CUBIC (RFC 9438), with fast convergence (§4.7) and the Reno-friendly region (§4.3).
+
+    Internal windows (w_max, cwnd_epoch, w_est, cwnd_prior) are floats in bytes; the
+    cubic function itself is evaluated in segments as the RFC defines it.
+    """
+
+    name: ClassVar[str] = "cubic"
+
+    C: ClassVar[float] = 0.4  # RFC 9438 §5.1
+    BETA: ClassVar[float] = 0.7  # RFC 9438 §4.6
+    # RFC 9438 §4.3: alpha_cubic = 3 * (1 - beta) / (1 + beta).
+    ALPHA: ClassVar[float] = 3 * (1 - 0.7) / (1 + 0.7)
+
+    __slots__ = (
+        "_after_rto",
+        "_frac",
+        "cwnd_epoch",
+        "cwnd_prior",
+        "epoch_start",
+        "fast_convergence",
+        "k",
+        "w_est",
+        "w_max",
+    )
+
+    def __init__(self, mss: int, initial_window: int | None = None, *, fast_convergence: bool = True) -> None:
+        super().__init__(mss, initial_window)
+        self.fast_convergence = fast_convergence
+        self.w_max: float = 0.0  # bytes; 0 = no congestion event yet
+        self.cwnd_prior: float = 0.0  # cwnd just before the last reduction (§4.3)
+        self.epoch_start: float | None = None  # t_epoch (§4.2); None until first CA ACK
+        self.cwnd_epoch: float = 0.0
+        self.k: float = 0.0  # seconds
+        self.w_est: float = 0.0  # bytes
+        self._after_rto = False
+        self._frac = 0.0  # sub-byte remainder of cwnd growth
+
+    def _rescale(self, num: int, den: int) -> None:
+        f = num / den
+        self.w_max *= f
+        self.cwnd_prior *= f
+        self.cwnd_epoch *= f
+        self.w_est *= f
+
+    def w_cubic(self, t: float) -> float:
+        """RFC 9438 §4.2 eq. (1), in segments: C*(t-K)^3 + W_max, t seconds since t_epoch."""
+        return self.C * (t - self.k) ** 3 + self.w_max / self.mss
+
+    def _start_epoch(self, now: float) -> None:
+        # §4.2: the first ACK of a congestion-avoidance stage starts the epoch.
+        self.epoch_start = now
+        self.cwnd_epoch = float(self.cwnd)
+        self.w_est = float(self.cwnd)  # §4.3: W_est = cwnd_epoch at the epoch start
+        self._frac = 0.0
+        if self._after_rto or self.w_max <= self.cwnd_epoch:
+            # §4.8: first CA stage after a timeout uses K = 0, W_max = cwnd_epoch; the same
+            # when no reduction preceded this stage (e.g. slow start ended at ssthresh).
+            self.k = 0.0
+            self.w_max = self.cwnd_epoch
+            self._after_rto = False
+        else:
+            # §4.2 eq. (2): K = cbrt((W_max - cwnd_epoch) / C), in segments.
+            self.k = math.cbrt((self.w_max - self.cwnd_epoch) / self.mss / self.C)
+
+    def _avoid(self, acked: int, now: float, rtt: float | None) -> None:
+        if self.epoch_start is None:
+            self._start_epoch(now)
+        assert self.epoch_start is not None
+        t = now - self.epoch_start
+        mss = self.mss
+        cwnd = float(self.cwnd)
+
+        # §4.3 Reno-friendly estimate: W_est += alpha * segments_acked / cwnd (segments);
+        # alpha becomes 1 once W_est reaches cwnd_prior.
+        alpha = 1.0 if self.w_est >= self.cwnd_prior else self.ALPHA
+        self.w_est += alpha * acked * mss / cwnd
+
+        if self.w_cubic(t) * mss < self.w_est:
+            # Reno-friendly region: cwnd = W_est.
+            new = max(self.w_est, cwnd)
+            self._frac = 0.0
+        else:
+            # §4.4/§4.5 concave and convex regions: aim at W_cubic(t + RTT) clamped to
+            # [cwnd, 1.5*cwnd]; grow by (target - cwnd)/cwnd per segment acked.
+            rtt_s = rtt if rtt is not None else 0.0
+            target = min(max(self.w_cubic(t + rtt_s) * mss, cwnd), 1.5 * cwnd)
+            new = cwnd + self._frac + (target - cwnd) * acked / cwnd
+        whole = math.floor(new)
+        self._frac = new - whole
+        self.cwnd = max(int(whole), self.cwnd)
+
+    def _reduce(self, in_flight: int) -> None:
+        cwnd = float(self.cwnd)
+        # §4.7 fast convergence: if this W_max is below the previous one, release bandwidth.
+        if self.fast_convergence and cwnd < self.w_max:
+            self.w_max = cwnd * (1 + self.BETA) / 2
+        else:
+            self.w_max = cwnd
+        self.cwnd_prior = cwnd
+        # §4.6: ssthresh = flight_size * beta, at least 2 SMSS.
+        self.ssthresh = max(int(in_flight * self.BETA + 1e-6), 2 * self.mss)
+        self.epoch_start = None
+        self._ca_acked = 0
+        self._frac = 0.0
+
+    def on_congestion_event(self, now: float, in_flight: int) -> None:
+        self._reduce(in_flight)
+        self.cwnd = self.ssthresh  # §4.6: cwnd = max(ssthresh, 2)
+        self._after_rto = False
+
+    def on_rto(self, now: float, in_flight: int, *, first_timeout: bool = True) -> None:
+        # §4.8: follow Reno for cwnd (loss window) but set ssthresh with beta_cubic.
+        if first_timeout:
+            self._reduce(in_flight)
+        self.epoch_start = None
+        self._after_rto = True
+        self.cwnd = self.mss
+
+    def state_info(self) -> dict[str, int | str]:
+        info = super().state_info()
+        info["cubic_w_max"] = int(self.w_max) // self.mss
+        info["cubic_k_ms"] = round(self.k * 1000)
+        return info
+
+
+AVAILABLE = ("reno", "cubic")
+_ALIASES: dict[str, type[CongestionControl]] = {"reno": NewReno, "newreno": NewReno, "cubic": Cubic}
+
+
+def create_congestion_control(name: str, mss: int, initial_window: int | None = None) -> CongestionControl:
+    """Instantiate a controller by its Linux name (``tcp_congestion_control`` / TCP_CONGESTION)."""
+    cls = _ALIASES.get(name.lower())
+    if cls is None:
+        raise ValueError(f"unknown congestion control {name!r}; available: {', '.join(AVAILABLE)}")
+    return cls(mss, initial_window)

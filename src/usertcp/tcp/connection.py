@@ -1,0 +1,1501 @@
+"""One TCP connection: the RFC 9293 state machine with its reliability machinery.
+
+Sans-IO: every entry point takes ``now`` (seconds) and never reads a clock. The
+connection appends the packets it wants sent to its stack's output queue and
+tells the stack its next timer deadline. Sequence numbers are kept internally as
+unbounded *offsets* from the ISN (the SYN is offset 0, the first data byte is 1),
+converted to 32-bit wire values only when a segment is built or parsed; this
+removes modular comparisons from the hot paths.
+
+Rules followed (section numbers of the RFCs cited):
+- RFC 9293 §3.10: segment arrival processing, in the order the RFC lists the checks.
+- RFC 5961: RST/SYN/ACK injection defences (challenge ACKs, rate limited).
+- RFC 7323: window scale, timestamps, PAWS.
+- RFC 2018/2883/6675: SACK, D-SACK, SACK-based loss recovery with a pipe estimate.
+- RFC 5681/6582: slow start, fast retransmit, NewReno partial ACKs for non-SACK peers.
+- RFC 6298: the retransmission timer; RFC 6928: IW10; RFC 3042: limited transmit
+  (falls out of the pipe estimate, as in Linux: each dupack lets one segment leave).
+- RFC 896/Minshall (Linux's Nagle variant), RFC 9293 §3.8.6.2: silly window avoidance.
+- RFC 1122 §4.2.3.6: keepalive; RFC 9293 §3.8.6.1: zero-window probing.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import deque
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+from usertcp.tcp.buffers import RecvBuffer, SendBuffer
+from usertcp.tcp.congestion import CongestionControl, create_congestion_control
+from usertcp.tcp.reassembly import ReassemblyQueue
+from usertcp.tcp.rtt import RttEstimator
+from usertcp.tcp.seq import SEQ_MASK, seq_diff
+from usertcp.wire.packet import build_packet
+from usertcp.wire.segment import ACK, FIN, PSH, RST, SYN, URG, Buffer, Segment
+from usertcp.wire.tcp import encode_options
+
+if TYPE_CHECKING:
+    from usertcp.tcp.stack import Listener, Stack
+
+INF = float("inf")
+TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
+MAX_WINDOW = 65535
+
+
+class State(IntEnum):
+    """TCP states, numbered as Linux's tcpi_state so tcp_info reads the same."""
+
+    ESTABLISHED = 1
+    SYN_SENT = 2
+    SYN_RECEIVED = 3
+    FIN_WAIT_1 = 4
+    FIN_WAIT_2 = 5
+    TIME_WAIT = 6
+    CLOSED = 7
+    CLOSE_WAIT = 8
+    LAST_ACK = 9
+    LISTEN = 10
+    CLOSING = 11
+
+
+SYNCHRONIZED = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2, State.CLOSE_WAIT,
+                          State.CLOSING, State.LAST_ACK, State.TIME_WAIT})
+# States in which received data is still delivered (RFC 9293 §3.10.7.4, seventh step).
+RECEIVING = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2})
+# States in which the application may still send.
+SENDING = frozenset({State.ESTABLISHED, State.CLOSE_WAIT, State.SYN_SENT, State.SYN_RECEIVED})
+
+# Linux congestion-avoidance states for tcpi_ca_state.
+CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
+
+
+class SentSegment:
+    """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
+
+    __slots__ = ("end", "fin", "lost", "retrans", "sacked", "start", "tx_count", "tx_time")
+
+    def __init__(self, start: int, end: int, fin: bool, now: float) -> None:
+        self.start = start
+        self.end = end
+        self.fin = fin
+        self.tx_time = now
+        self.tx_count = 1
+        self.retrans = False
+        self.sacked = False
+        self.lost = False
+
+
+class Connection:
+    """A TCP control block (RFC 9293 §3.3.1) and its buffers."""
+
+    def __init__(self, stack: Stack, local_ip: bytes, local_port: int, remote_ip: bytes,
+                 remote_port: int) -> None:
+        cfg = stack.config
+        self.stack = stack
+        self.config = cfg
+        self.local_ip = local_ip
+        self.local_port = local_port
+        self.remote_ip = remote_ip
+        self.remote_port = remote_port
+        self.key = (local_ip, local_port, remote_ip, remote_port)
+        self.v6 = len(local_ip) == 16
+        self.state = State.CLOSED
+        self.listener: Listener | None = None
+        self.error = 0                 # pending socket error (errno), reported once
+        self.closed_by_app = False     # close() called: the socket is orphaned
+        self.read_shutdown = False
+        self.write_shutdown = False
+        self.fin_received = False
+        self.passive = False
+        self.was_time_wait = False
+        self.timer_deadline = INF
+        self.mib = stack.counters
+
+        # Send sequence space, as offsets from ISS (§3.3.1).
+        self.iss = 0
+        self.snd_una = 0
+        self.snd_nxt = 0
+        self.snd_max = 0               # highest offset ever sent (retransmissions rewind snd_nxt)
+        self.snd_wnd = 0               # peer's window in bytes (already scaled)
+        self.max_snd_wnd = 0
+        self.snd_wl1 = 0               # offset in the *receive* space of the last window update
+        self.snd_wl2 = 0
+        self.fin_queued = False        # FIN to send after the data
+        self.snd_buf = SendBuffer()
+        self.sndbuf_limit = max(cfg.wmem[1], 262144)
+        self.rtx: deque[SentSegment] = deque()
+        self.sacked_bytes = 0
+        self.lost_bytes = 0
+        self.retrans_bytes = 0
+        self.reno_dupacks = 0          # dupacks counted as "virtually SACKed" without SACK
+        self.dupacks = 0
+        self.ca_state = CA_OPEN
+        self.recover = 0               # RFC 6582/6675 RecoveryPoint (offset)
+        self.high_sacked = 0
+        self.snd_sml = 0               # end of the last small segment (Minshall's Nagle)
+        self.total_retrans = 0
+        self.retransmits = 0           # consecutive RTO count (tcpi_retransmits)
+        self.syn_retries = 0
+        self.rto_deadline = INF
+        self.probe_deadline = INF      # zero-window probe
+        self.probes_out = 0
+        self.first_rto_time = 0.0      # start of the current run of timeouts (user timeout)
+
+        # Receive sequence space.
+        self.irs = 0
+        self.rcv_nxt = 0               # offset from IRS
+        self.rcv_adv = 0               # right edge of the window we advertised (offset)
+        self.rcv_buf = RecvBuffer()
+        self.rcvbuf_limit = cfg.rmem[1]
+        self.ooo = ReassemblyQueue(max_segments=cfg.reassembly_max_segments,
+                                   max_bytes=max(cfg.rmem[2], self.rcvbuf_limit))
+        self.last_ack_sent = 0
+        self.syn_window = 0
+        self.ack_pending = 0           # bytes received and not yet acknowledged
+        self.delack_deadline = INF
+        self.quickack = cfg.quickack_segments
+        self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
+        self.last_rcv_time = 0.0
+        self.last_snd_time = 0.0
+        self.dsack: tuple[int, int] | None = None
+        self._ack_now_flag = False
+        self.rcv_mss = 536
+
+        # Options negotiated at the handshake.
+        self.snd_wscale = 0
+        self.rcv_wscale = cfg.rcv_wscale if cfg.window_scaling else 0
+        self.ws_ok = False
+        self.sack_ok = False
+        self.ts_ok = False
+        self.ts_recent = 0
+        self.ts_recent_time = 0.0
+        self.ts_offset = 0
+        self.peer_mss = 536
+        self.user_mss = 0              # TCP_MAXSEG
+        self.mss = 536                 # effective send MSS (payload bytes per segment)
+        self.syn_options_sent: dict[str, int] = {}
+        self.md5_key: bytes | None = None
+
+        # Socket options.
+        self.nodelay = False
+        self.cork = False
+        self.keepalive = False
+        self.keepalive_time = cfg.keepalive_time
+        self.keepalive_intvl = cfg.keepalive_intvl
+        self.keepalive_probes = cfg.keepalive_probes
+        self.keepalive_deadline = INF
+        self.user_timeout = 0.0        # TCP_USER_TIMEOUT in seconds, 0 = off
+        self.linger_zero = False
+        self.time_wait_deadline = INF
+        self.oow_last = -INF           # last out-of-window ACK we sent (rate limit)
+
+        self.rtt = RttEstimator(rto_initial=cfg.rto_initial, rto_min=cfg.rto_min, rto_max=cfg.rto_max)
+        self.cc: CongestionControl = create_congestion_control(cfg.congestion_control, 536)
+        self.delivered = 0
+        self.bytes_acked = 0
+        self.bytes_received = 0
+        self.segs_in = 0
+        self.segs_out = 0
+        self.data_segs_in = 0
+        self.data_segs_out = 0
+        self.syn_data_acked = False
+        self.tfo: object | None = None    # fast-open state (the preload/TFO issue)
+
+    # ------------------------------------------------------------------ helpers
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.stack.fmt_addr(self.local_ip)}:{self.local_port} -> " \
+               f"{self.stack.fmt_addr(self.remote_ip)}:{self.remote_port} {self.state.name}>"
+
+    def _seq(self, off: int) -> int:
+        return (self.iss + off) & SEQ_MASK
+
+    def _snd_off(self, seq: int) -> int:
+        """Map a 32-bit ACK number onto the send offset space near snd_una."""
+        return self.snd_una + seq_diff(seq, (self.iss + self.snd_una) & SEQ_MASK)
+
+    def _rcv_off(self, seq: int) -> int:
+        return self.rcv_nxt + seq_diff(seq, (self.irs + self.rcv_nxt) & SEQ_MASK)
+
+    @property
+    def in_flight(self) -> int:
+        """Bytes believed to be in the network (RFC 6675 pipe; Linux packets_in_flight)."""
+        out = self.snd_nxt - self.snd_una - self.sacked_bytes - self.lost_bytes + self.retrans_bytes
+        if self.reno_dupacks:
+            out -= min(self.reno_dupacks * self.mss, out)
+        return max(out, 0)
+
+    @property
+    def send_queue_bytes(self) -> int:
+        return len(self.snd_buf)
+
+    @property
+    def unsent_bytes(self) -> int:
+        return max(self.snd_buf.end + 1 - self.snd_nxt, 0)
+
+    @property
+    def readable_bytes(self) -> int:
+        return len(self.rcv_buf)
+
+    @property
+    def send_space(self) -> int:
+        return max(self.sndbuf_limit - len(self.snd_buf), 0)
+
+    @property
+    def is_synchronized(self) -> bool:
+        return self.state in SYNCHRONIZED
+
+    def _set_state(self, state: State, now: float) -> None:
+        old = self.state
+        if state is old:
+            return
+        self.state = state
+        # TcpCurrEstab counts ESTABLISHED and CLOSE_WAIT, as RFC 4022 tcpCurrEstab does.
+        was = old is State.ESTABLISHED or old is State.CLOSE_WAIT
+        now_in = state is State.ESTABLISHED or state is State.CLOSE_WAIT
+        if now_in and not was:
+            self.mib["TcpCurrEstab"] += 1
+        elif was and not now_in:
+            self.mib["TcpCurrEstab"] -= 1
+        if state is State.ESTABLISHED and old in (State.SYN_SENT, State.SYN_RECEIVED):
+            self.mib["TcpActiveOpens" if not self.passive else "TcpPassiveOpens"] += 1
+        if state is State.CLOSED and old in (State.SYN_SENT, State.SYN_RECEIVED):
+            self.mib["TcpAttemptFails"] += 1
+        self.stack.trace_state(self, old, state, now)
+
+    def _compute_mss(self) -> None:
+        """Effective send MSS: the peer's MSS less our per-segment options (RFC 9293 §3.7.1)."""
+        own = self.stack.mtu_mss(self.v6)
+        mss = min(self.peer_mss, own)
+        if self.user_mss:
+            mss = min(mss, self.user_mss)
+        if self.ts_ok:
+            mss -= 12
+        if self.md5_key is not None:
+            mss -= 20
+        self.mss = max(mss, 64)
+        self.cc.set_mss(self.mss)
+
+    # ----------------------------------------------------------- segment output
+
+    def _window_field(self, syn: bool) -> int:
+        """The receive window to advertise, with receiver SWS avoidance (RFC 9293 §3.8.6.2.2)."""
+        free = self.rcvbuf_limit - len(self.rcv_buf) - self.ooo.bytes_queued
+        if free < 0:
+            free = 0
+        if syn:
+            # RFC 7323 §2.2: the SYN window is never scaled. Its right edge is relative to
+            # the peer's ISN+1, which a SYN-SENT connection learns only from the SYN-ACK.
+            wnd = min(free, MAX_WINDOW)
+            self.syn_window = wnd
+            self.rcv_adv = max(self.rcv_adv, self.rcv_nxt + wnd)
+            return wnd
+        right = self.rcv_nxt + free
+        cur = self.rcv_adv - self.rcv_nxt
+        if right < self.rcv_adv:
+            wnd = max(cur, 0)                # never shrink the window (RFC 9293 §3.8.6.2.2)
+        elif cur > 0 and right - self.rcv_adv < min(self.rcvbuf_limit // 2, self.rcv_mss):
+            wnd = cur
+        else:
+            wnd = free
+        field = wnd >> self.rcv_wscale
+        if field > MAX_WINDOW:
+            field = MAX_WINDOW
+        self.rcv_adv = max(self.rcv_adv, self.rcv_nxt + (field << self.rcv_wscale))
+        return field
+
+    def _tsval(self, now: float) -> int:
+        return (int(now * 1000) + self.ts_offset) & SEQ_MASK
+
+    def _emit(self, now: float, off: int, flags: int, payload: list[memoryview] | tuple[()] = (),
+              options: bytes | None = None) -> None:
+        """Build and queue one segment starting at send offset ``off``."""
+        syn = bool(flags & SYN)
+        if options is None:
+            options = self._data_options(now)
+        window = self._window_field(syn)
+        ack = 0
+        if flags & ACK:
+            ack = (self.irs + self.rcv_nxt) & SEQ_MASK
+            self.last_ack_sent = self.rcv_nxt
+            self.ack_pending = 0
+            self.delack_deadline = INF
+            self.dsack = None
+        pkt = build_packet(src=self.local_ip, dst=self.remote_ip, sport=self.local_port,
+                           dport=self.remote_port, seq=(self.iss + off) & SEQ_MASK, ack=ack, flags=flags,
+                           window=window, options=options, payload=payload, ttl=self.config.ttl,
+                           md5_key=self.md5_key)
+        self.stack.output(pkt)
+        self.segs_out += 1
+        self.last_snd_time = now
+        mib = self.mib
+        mib["TcpOutSegs"] += 1
+        if flags & RST:
+            mib["TcpOutRsts"] += 1
+
+    def _data_options(self, now: float) -> bytes:
+        """Options of a non-SYN segment: timestamps and SACK blocks (RFC 7323, 2018, 2883)."""
+        ts = (self._tsval(now), self.ts_recent) if self.ts_ok else None
+        blocks: list[tuple[int, int]] = []
+        if self.sack_ok and (self.dsack is not None or not self.ooo.empty):
+            room = 40 - (12 if ts else 0) - (20 if self.md5_key is not None else 0)
+            max_blocks = (room - 4) // 8
+            irs = self.irs
+            if self.dsack is not None:
+                blocks.append(((irs + self.dsack[0]) & SEQ_MASK, (irs + self.dsack[1]) & SEQ_MASK))
+            for left, right in self.ooo.sack_blocks(max_blocks):
+                if len(blocks) >= max_blocks:
+                    break
+                blocks.append((left, right))
+        if not ts and not blocks and self.md5_key is None:
+            return b""
+        return encode_options(ts=ts, sack_blocks=blocks, md5=self.md5_key is not None)
+
+    def send_ack(self, now: float) -> None:
+        self._emit(now, self.snd_nxt, ACK)
+
+    def send_rst(self, now: float) -> None:
+        """An active reset (RFC 9293 §3.10.7.4 abort): RST|ACK at snd_nxt."""
+        self._emit(now, self.snd_nxt, RST | ACK, options=self._rst_options(now))
+
+    def _rst_options(self, now: float) -> bytes:
+        ts = (self._tsval(now), self.ts_recent) if self.ts_ok else None
+        if ts is None and self.md5_key is None:
+            return b""
+        return encode_options(ts=ts, md5=self.md5_key is not None)
+
+    def _syn_options(self, now: float, synack: bool, peer: Segment | None) -> bytes:
+        """Linux's SYN/SYN-ACK option set: only what the peer offered, for a SYN-ACK."""
+        cfg = self.config
+        mss = self.stack.mtu_mss(self.v6)
+        if self.user_mss:
+            mss = min(mss, self.user_mss)
+        if synack:
+            ts = (self._tsval(now), self.ts_recent) if self.ts_ok else None
+            sack = self.sack_ok
+            wscale = self.rcv_wscale if self.ws_ok else -1
+        else:
+            ts = (self._tsval(now), 0) if cfg.timestamps else None
+            sack = cfg.sack
+            wscale = self.rcv_wscale if cfg.window_scaling else -1
+        fastopen, fastopen_exp = self.stack.fastopen_syn_option(self, synack, peer)
+        return encode_options(mss=mss, ts=ts, sack_permitted=sack, wscale=wscale,
+                              fastopen=fastopen, fastopen_exp=fastopen_exp, md5=self.md5_key is not None)
+
+    def _send_syn(self, now: float) -> None:
+        flags = SYN
+        payload: list[memoryview] = []
+        if self.state is State.SYN_RECEIVED:
+            flags |= ACK
+        payload = self.stack.syn_payload(self)
+        self._emit(now, 0, flags, payload, options=self._syn_options(now, bool(flags & ACK), None))
+        end = 1 + sum(len(p) for p in payload)
+        self.snd_nxt = max(self.snd_nxt, end)
+        self.snd_max = max(self.snd_max, end)
+        if self.rto_deadline == INF:
+            self.rto_deadline = now + self.rtt.timeout
+        if payload and not self.rtx:
+            self.rtx.append(SentSegment(1, end, False, now))
+
+    # ------------------------------------------------------------------ opening
+
+    def start_active_open(self, now: float) -> None:
+        """RFC 9293 §3.10.1 OPEN call, active: choose an ISS and send a SYN."""
+        self.iss = self.stack.new_isn(self, now)
+        self.ts_offset = self.stack.ts_offset(self)
+        self.snd_una = 0
+        self.snd_nxt = 0
+        self.snd_max = 0
+        self._set_state(State.SYN_SENT, now)
+        self.first_rto_time = now
+        self._send_syn(now)
+        self._schedule()
+
+    def start_passive_open(self, seg: Segment, listener: Listener, now: float) -> None:
+        """A SYN arrived at a listener (RFC 9293 §3.10.7.2): record it and send a SYN-ACK."""
+        cfg = self.config
+        self.passive = True
+        self.listener = listener
+        self.irs = seg.seq
+        self.rcv_nxt = 1
+        self.rcv_adv = 1
+        self.last_ack_sent = 1
+        self.iss = self.stack.new_isn(self, now)
+        self.ts_offset = self.stack.ts_offset(self)
+        self._negotiate(seg, now)
+        self.snd_wnd = seg.window          # RFC 7323 §2.2: the window in a SYN is not scaled
+        self.max_snd_wnd = self.snd_wnd
+        self.snd_wl1 = 0
+        self.snd_wl2 = 0
+        self._set_state(State.SYN_RECEIVED, now)
+        self.first_rto_time = now
+        self.stack.on_passive_syn(self, seg, now)
+        self._send_syn(now)
+        self._schedule()
+
+    def _negotiate(self, seg: Segment, now: float) -> None:
+        """Options from the peer's SYN (RFC 7323 §2.2/§3.2, RFC 2018 §2, RFC 9293 §3.7.1)."""
+        cfg = self.config
+        self.ws_ok = cfg.window_scaling and seg.wscale >= 0
+        self.snd_wscale = min(seg.wscale, 14) if self.ws_ok else 0
+        if not self.ws_ok:
+            self.rcv_wscale = 0
+        self.sack_ok = cfg.sack and seg.sack_permitted
+        self.ts_ok = cfg.timestamps and seg.ts_val >= 0
+        if self.ts_ok:
+            self.ts_recent = seg.ts_val
+            self.ts_recent_time = now
+        self.peer_mss = seg.mss if seg.mss > 0 else (1220 if self.v6 else 536)
+        self.rcv_mss = min(self.peer_mss, self.stack.mtu_mss(self.v6))
+        self._compute_mss()
+
+    # ----------------------------------------------------------- user commands
+
+    def send(self, data: Buffer, now: float, *, push: bool = True, more: bool = False) -> int:
+        """Queue up to ``send_space`` bytes of ``data``; returns how many were taken."""
+        if self.error:
+            raise OSError(self.error, "connection failed")
+        if self.write_shutdown or self.state not in SENDING:
+            raise OSError(errno.EPIPE, "cannot send after shutdown")
+        n = min(len(data), self.send_space)
+        if n <= 0:
+            return 0
+        if isinstance(data, bytes):
+            chunk: Buffer = data if n == len(data) else memoryview(data)[:n]
+        else:
+            chunk = bytes(memoryview(data)[:n])   # the caller may reuse a mutable buffer
+        self.snd_buf.append(chunk)
+        if self.is_synchronized:
+            self.output(now, more=more)
+        return n
+
+    def send_views(self, views: list[memoryview], now: float) -> int:
+        """Queue immutable views by reference (payload objects): no copy, no limit check."""
+        if self.write_shutdown or self.state not in SENDING:
+            raise OSError(errno.EPIPE, "cannot send after shutdown")
+        total = 0
+        for v in views:
+            self.snd_buf.append(v)
+            total += len(v)
+        if self.is_synchronized:
+            self.output(now)
+        return total
+
+    def recv(self, n: int, now: float) -> bytes:
+        data = self.rcv_buf.read(n)
+        if data:
+            self._after_read(now)
+        return data
+
+    def recv_into(self, target: memoryview, now: float) -> int:
+        n = self.rcv_buf.read_into(target)
+        if n:
+            self._after_read(now)
+        return n
+
+    def _after_read(self, now: float) -> None:
+        """Send a window update if reading opened the window a lot (Linux tcp_cleanup_rbuf)."""
+        if self.state not in RECEIVING:
+            return
+        free = self.rcvbuf_limit - len(self.rcv_buf) - self.ooo.bytes_queued
+        cur = self.rcv_adv - self.rcv_nxt
+        if free - cur >= max(2 * self.rcv_mss, self.rcvbuf_limit // 2) or (cur < self.rcv_mss <= free):
+            self.send_ack(now)
+            self._schedule()
+
+    def shutdown(self, how_read: bool, how_write: bool, now: float) -> None:
+        if how_read:
+            self.read_shutdown = True
+        if how_write and not self.write_shutdown:
+            self.write_shutdown = True
+            if self.state in (State.ESTABLISHED, State.CLOSE_WAIT):
+                self._queue_fin(now)
+            elif self.state is State.SYN_SENT:
+                self._close_now(now)
+        self._schedule()
+
+    def _queue_fin(self, now: float) -> None:
+        self.fin_queued = True
+        if self.state is State.ESTABLISHED:
+            self._set_state(State.FIN_WAIT_1, now)
+        elif self.state is State.CLOSE_WAIT:
+            self._set_state(State.LAST_ACK, now)
+        self.output(now)
+
+    def close(self, now: float) -> None:
+        """RFC 9293 §3.10.4 CLOSE; a close with unread data resets (RFC 2525 §2.17)."""
+        if self.closed_by_app:
+            return
+        self.closed_by_app = True
+        self.read_shutdown = True
+        st = self.state
+        if st in (State.CLOSED, State.LISTEN):
+            self._close_now(now)
+            return
+        if st is State.SYN_SENT:
+            self._close_now(now)
+            return
+        if len(self.rcv_buf) or self.linger_zero:
+            self.mib["TcpExtTCPAbortOnClose" if len(self.rcv_buf) else "TcpExtTCPAbortOnLinger"] += 1
+            if st is not State.TIME_WAIT:
+                self.send_rst(now)
+            self.rcv_buf = RecvBuffer()
+            self._close_now(now)
+            return
+        if not self.write_shutdown:
+            self.write_shutdown = True
+            if st in (State.ESTABLISHED, State.CLOSE_WAIT, State.SYN_RECEIVED):
+                if st is State.SYN_RECEIVED:
+                    # RFC 9293 §3.10.4: queue the FIN until ESTABLISHED.
+                    self.fin_queued = True
+                else:
+                    self._queue_fin(now)
+        self._schedule()
+
+    def abort(self, now: float) -> None:
+        """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything."""
+        if self.state in SYNCHRONIZED and self.state is not State.TIME_WAIT \
+                or self.state is State.SYN_RECEIVED:
+            self.send_rst(now)
+        self._close_now(now)
+
+    def _close_now(self, now: float) -> None:
+        self._set_state(State.CLOSED, now)
+        self.rto_deadline = self.delack_deadline = self.probe_deadline = INF
+        self.keepalive_deadline = self.time_wait_deadline = INF
+        self.rtx.clear()
+        self.ooo.clear()
+        self.stack.remove(self)
+        self._schedule()
+
+    def _reset_by_peer(self, now: float) -> None:
+        if self.state is State.SYN_SENT:
+            self.error = errno.ECONNREFUSED
+        elif self.state in (State.CLOSE_WAIT, State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2,
+                            State.SYN_RECEIVED):
+            self.error = errno.ECONNRESET
+            if self.state in (State.ESTABLISHED, State.CLOSE_WAIT):
+                self.mib["TcpEstabResets"] += 1
+        elif self.state is not State.TIME_WAIT:
+            self.error = errno.EPIPE
+        self.mib["UsertcpResetsReceived"] += 1
+        self._close_now(now)
+
+    def _fail(self, err: int, now: float, *, send_rst: bool = False) -> None:
+        self.error = err
+        if send_rst:
+            self.send_rst(now)
+        if err == errno.ETIMEDOUT:
+            self.mib["TcpExtTCPAbortOnTimeout"] += 1
+        self._close_now(now)
+
+    # ------------------------------------------------------------------ input
+
+    def segment_arrives(self, seg: Segment, now: float) -> None:
+        """RFC 9293 §3.10.7: process one inbound segment for this connection."""
+        self.segs_in += 1
+        st = self.state
+        if st is State.SYN_SENT:
+            self._syn_sent_arrives(seg, now)
+        else:
+            self._synchronized_arrives(seg, now)
+        if self.state is not State.CLOSED:
+            self.output(now)
+        self._schedule()
+
+    def _syn_sent_arrives(self, seg: Segment, now: float) -> None:
+        """RFC 9293 §3.10.7.3, SYN-SENT."""
+        flags = seg.flags
+        if flags & ACK:
+            ack_off = seq_diff(seg.ack, self.iss)
+            if ack_off <= 0 or ack_off > self.snd_max:
+                if not flags & RST:
+                    self.stack.send_reset_for(seg, now)
+                return
+        if flags & RST:
+            if flags & ACK:
+                self._reset_by_peer(now)
+            return
+        if not flags & SYN:
+            return
+        self.irs = seg.seq
+        self.rcv_nxt = 1
+        self.rcv_adv = 1 + self.syn_window
+        self._negotiate(seg, now)
+        if flags & ACK:
+            self._take_rtt_sample_syn(seg, now)
+            self.snd_wnd = seg.window       # unscaled in a SYN-ACK (RFC 7323 §2.2)
+            self.max_snd_wnd = self.snd_wnd
+            self.snd_wl1 = 0
+            self.snd_wl2 = seq_diff(seg.ack, self.iss)
+            self._ack_advance(seq_diff(seg.ack, self.iss), now)
+            self.stack.on_synack(self, seg, now)
+            self._set_state(State.ESTABLISHED, now)
+            self.rtt.reset_backoff()
+            self.retransmits = 0
+            if len(seg.payload) or seg.flags & FIN:
+                self._receive_data(seg, 1, now)
+            if self.fin_queued and self.write_shutdown:
+                self._set_state(State.FIN_WAIT_1, now)
+            # RFC 9293: ACK the SYN-ACK at once (data, if queued, carries it).
+            self.ack_pending = max(self.ack_pending, 1)
+            self._ack_now_flag = True
+        else:
+            # Simultaneous open (RFC 9293 §3.10.7.3 "fifth", Figure 7).
+            self.snd_wnd = seg.window
+            self.max_snd_wnd = self.snd_wnd
+            self._set_state(State.SYN_RECEIVED, now)
+            self.rto_deadline = INF
+            self.syn_retries = 0
+            self._send_syn(now)
+
+    def _take_rtt_sample_syn(self, seg: Segment, now: float) -> None:
+        if self.syn_retries == 0:
+            self.rtt.on_sample(now - self.first_rto_time)
+        elif self.ts_ok and seg.ts_ecr:
+            self._ts_rtt(seg.ts_ecr, now)
+
+    def _ts_rtt(self, ecr: int, now: float) -> None:
+        sample = ((self._tsval(now) - ecr) & SEQ_MASK) / 1000.0
+        if 0 <= sample < 600:
+            self.rtt.on_sample(max(sample, 0.0001))
+
+    def _challenge_ack(self, now: float) -> None:
+        """RFC 5961 §7: challenge ACKs, limited per stack and per connection."""
+        if not self._oow_allowed(now) or not self.stack.challenge_ack_allowed(now):
+            self.mib["TcpExtTCPACKSkippedChallenge"] += 1
+            return
+        self.mib["TcpExtTCPChallengeACK"] += 1
+        self.send_ack(now)
+
+    def _oow_allowed(self, now: float) -> bool:
+        """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit."""
+        if now - self.oow_last < self.config.invalid_ratelimit:
+            return False
+        self.oow_last = now
+        return True
+
+    def _synchronized_arrives(self, seg: Segment, now: float) -> None:
+        """RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states."""
+        flags = seg.flags
+        st = self.state
+        mib = self.mib
+        seg_off = self._rcv_off(seg.seq)
+        plen = len(seg.payload)
+
+        if st is State.TIME_WAIT and flags & SYN and not flags & (RST | ACK):
+            # RFC 9293 §3.10.7.4 / RFC 6191: a new SYN may reuse a TIME_WAIT pair.
+            if self.stack.time_wait_reuse(self, seg, now):
+                return
+
+        # RFC 7323 §5.3: PAWS, before the sequence check.
+        if self.ts_ok and seg.ts_val >= 0 and not flags & RST:
+            if seq_diff(seg.ts_val, self.ts_recent) < 0 and now - self.ts_recent_time < TS_PAWS_IDLE:
+                mib["TcpExtPAWSEstab"] += 1
+                if self._oow_allowed(now):
+                    self.send_ack(now)
+                return
+
+        # First: sequence acceptability (RFC 9293 §3.10.7.4 table).
+        seg_len = plen + (1 if flags & SYN else 0) + (1 if flags & FIN else 0)
+        wnd = self.rcv_adv - self.rcv_nxt
+        if wnd < 0:
+            wnd = 0
+        if st is State.SYN_RECEIVED and flags & SYN and not flags & ACK and seg.seq == self.irs:
+            # A retransmitted SYN: answer with the SYN-ACK again (Linux inet_rtx_syn_ack).
+            mib["UsertcpSynAckRetransOnSyn"] += 1
+            self._send_syn(now)
+            return
+        acceptable = self._acceptable(seg_off, seg_len, wnd)
+        if not acceptable:
+            if flags & RST:
+                return
+            if st is State.SYN_RECEIVED and flags & SYN:
+                self._challenge_ack(now)
+                return
+            mib["UsertcpOutOfWindow"] += 1
+            if seg_off < self.rcv_nxt and plen:
+                mib["TcpExtTCPDSACKOldSent" if self.sack_ok and self.config.dsack else "UsertcpDupData"] += 1
+                if self.sack_ok and self.config.dsack:
+                    end = min(seg_off + plen, self.rcv_nxt)
+                    self.dsack = (seg_off, end)
+            if self._oow_allowed(now) or seg_off < self.rcv_nxt:
+                self.send_ack(now)
+            return
+
+        # Second: RST (RFC 5961 §3.2).
+        if flags & RST:
+            if seg_off == self.rcv_nxt or (wnd == 0 and seg_off == self.rcv_nxt):
+                if st is State.SYN_RECEIVED and self.passive:
+                    self.stack.forget_embryonic(self)
+                    self._close_now(now)
+                    return
+                if st is State.TIME_WAIT:
+                    # RFC 1337: ignore RSTs in TIME_WAIT (Linux does the same by default? no:
+                    # Linux tcp_rfc1337=0 kills the TIME_WAIT); follow Linux.
+                    self._close_now(now)
+                    return
+                self._reset_by_peer(now)
+            else:
+                self._challenge_ack(now)
+            return
+
+        # Third: security/precedence is obsolete. Fourth: SYN (RFC 5961 §4).
+        if flags & SYN:
+            if st is State.SYN_RECEIVED and self.passive:
+                self.stack.forget_embryonic(self)
+                self.send_rst(now)
+                self._close_now(now)
+                return
+            self._challenge_ack(now)
+            return
+
+        # Fifth: ACK.
+        if not flags & ACK:
+            mib["UsertcpNoAckDrops"] += 1
+            return
+        ack_off = self._snd_off(seg.ack)
+        if st is State.SYN_RECEIVED:
+            if not (self.snd_una < ack_off <= self.snd_max):
+                # RFC 9293: unacceptable ACK in SYN-RECEIVED -> RST with seq = SEG.ACK.
+                self.stack.send_reset_for(seg, now)
+                return
+            self._establish_passive(seg, ack_off, now)
+            st = self.state
+            if st is State.CLOSED:
+                return
+        if ack_off > self.snd_max:
+            # RFC 9293 / RFC 5961 §5.2: an ACK for data never sent.
+            mib["UsertcpAckUnsent"] += 1
+            if self._oow_allowed(now):
+                self.send_ack(now)
+            return
+        if ack_off < self.snd_una - self.max_snd_wnd:
+            self._challenge_ack(now)
+            return
+
+        # RFC 7323 §4.3: update ts_recent for a segment that covers last_ack_sent.
+        if self.ts_ok and seg.ts_val >= 0 and seg_off <= self.last_ack_sent \
+                and seq_diff(seg.ts_val, self.ts_recent) >= 0:
+            self.ts_recent = seg.ts_val
+            self.ts_recent_time = now
+
+        self._process_ack(seg, ack_off, seg_off, now)
+        st = self.state
+        if st is State.CLOSED:
+            return
+        if st is State.TIME_WAIT:
+            if flags & FIN:
+                # A retransmitted FIN: ACK it and restart the 2 MSL timer (RFC 9293 §3.10.7.4).
+                self.send_ack(now)
+                self.time_wait_deadline = now + self.config.time_wait
+            return
+
+        # Sixth: URG. Urgent data is delivered inline (RFC 6093); only count it.
+        if flags & URG:
+            mib["UsertcpUrgentSegs"] += 1
+
+        # Seventh and eighth: data and FIN.
+        if plen or flags & FIN:
+            if st in RECEIVING:
+                if self.closed_by_app and plen and seg_off + plen > self.rcv_nxt:
+                    # Linux: data for a closed (orphaned) socket resets it (TCPAbortOnData).
+                    mib["TcpExtTCPAbortOnData"] += 1
+                    self.rcv_nxt = max(self.rcv_nxt, seg_off + plen)
+                    self.send_rst(now)
+                    self._close_now(now)
+                    return
+                self._receive_data(seg, seg_off, now)
+            elif plen:
+                mib["UsertcpDataAfterFin"] += 1
+
+    def _acceptable(self, seg_off: int, seg_len: int, wnd: int) -> bool:
+        """RFC 9293 §3.10.7.4, the four cases of the acceptability test."""
+        nxt = self.rcv_nxt
+        if seg_len == 0:
+            if wnd == 0:
+                return seg_off == nxt
+            return nxt <= seg_off < nxt + wnd
+        if wnd == 0:
+            return False
+        end = seg_off + seg_len - 1
+        return (nxt <= seg_off < nxt + wnd) or (nxt <= end < nxt + wnd)
+
+    def _establish_passive(self, seg: Segment, ack_off: int, now: float) -> None:
+        """SYN-RECEIVED -> ESTABLISHED on an acceptable ACK (RFC 9293 §3.10.7.4 fifth)."""
+        if self.syn_retries == 0:
+            self.rtt.on_sample(now - self.first_rto_time)
+        elif self.ts_ok and seg.ts_ecr:
+            self._ts_rtt(seg.ts_ecr, now)
+        self.snd_wnd = seg.window << self.snd_wscale
+        self.max_snd_wnd = max(self.max_snd_wnd, self.snd_wnd)
+        self.snd_wl1 = self._rcv_off(seg.seq)
+        self.snd_wl2 = ack_off
+        self.rto_deadline = INF
+        self.rtt.reset_backoff()
+        self.syn_retries = 0
+        self._set_state(State.ESTABLISHED, now)
+        if self.fin_queued and self.write_shutdown:
+            self._set_state(State.FIN_WAIT_1, now)
+        self.stack.on_established_passive(self, now)
+
+    # ------------------------------------------------------------- ACK handling
+
+    def _process_ack(self, seg: Segment, ack_off: int, seg_off: int, now: float) -> None:
+        mib = self.mib
+        prior_una = self.snd_una
+        prior_in_flight = self.in_flight
+        flags = seg.flags
+        plen = len(seg.payload)
+        win = seg.window << self.snd_wscale
+
+        sack_new = False
+        if seg.sack_blocks and self.sack_ok:
+            sack_new = self._process_sack(seg.sack_blocks, ack_off, now)
+
+        # RFC 9293 §3.10.7.4: window update when the segment is newer (Linux tcp_may_update_window).
+        if ack_off > self.snd_una or seg_off > self.snd_wl1 or (seg_off == self.snd_wl1 and win > self.snd_wnd) \
+                or (seg_off == self.snd_wl1 and ack_off == self.snd_wl2):
+            if win != self.snd_wnd:
+                self.snd_wnd = win
+                if win > self.max_snd_wnd:
+                    self.max_snd_wnd = win
+            self.snd_wl1 = seg_off
+            self.snd_wl2 = ack_off
+            if win and self.probe_deadline != INF:
+                self.probe_deadline = INF
+                self.probes_out = 0
+
+        if ack_off > self.snd_una:
+            acked = self._ack_advance(ack_off, now, seg)
+            self.dupacks = 0
+            if self.ca_state in (CA_RECOVERY, CA_LOSS):
+                if ack_off >= self.recover:
+                    self._exit_recovery()
+                elif self.ca_state == CA_RECOVERY and not self.sack_ok:
+                    # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
+                    self.reno_dupacks = max(self.reno_dupacks - acked // max(self.mss, 1), 0)
+                    if self.rtx and not self.rtx[0].lost:
+                        self._mark_lost(self.rtx[0])
+            elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
+                self.ca_state = CA_OPEN
+            if self.ca_state == CA_OPEN or self.ca_state == CA_DISORDER:
+                self.cc.on_ack(acked, now, self.rtt.latest_rtt, prior_in_flight,
+                               app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss
+                               and not self.unsent_bytes)
+            if self.sacked_bytes:
+                self._detect_losses()
+        elif ack_off == self.snd_una and self.snd_max > self.snd_una:
+            # RFC 5681 §2 duplicate ACK: no data, no window change, data outstanding.
+            if not plen and not flags & (SYN | FIN) and (win == self.snd_wnd or sack_new):
+                self.dupacks += 1
+                mib["UsertcpDupAcks"] += 1
+                if not self.sack_ok:
+                    if self.ca_state in (CA_OPEN, CA_DISORDER):
+                        self.reno_dupacks = min(self.dupacks, self._outstanding_segments())
+                        self.ca_state = CA_DISORDER
+                        if self.dupacks >= self.config.reordering and self.rtx:
+                            self._mark_lost(self.rtx[0])
+                            self._enter_recovery(now)
+                    elif self.ca_state == CA_RECOVERY:
+                        self.reno_dupacks = min(self.reno_dupacks + 1, self._outstanding_segments())
+                elif sack_new:
+                    self._detect_losses()
+            elif sack_new:
+                self._detect_losses()
+        if self.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER) and self.lost_bytes:
+            self._enter_recovery(now)
+        elif self.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
+            self.ca_state = CA_DISORDER
+        if not plen and ack_off >= prior_una and flags == ACK:
+            mib["TcpExtTCPPureAcks"] += 1
+
+    def _outstanding_segments(self) -> int:
+        return max((self.snd_nxt - self.snd_una + self.mss - 1) // max(self.mss, 1), 0)
+
+    def _ack_advance(self, ack_off: int, now: float, seg: Segment | None = None) -> int:
+        """SND.UNA advances to ``ack_off``: drop acknowledged data, sample RTT (RFC 6298)."""
+        acked = ack_off - self.snd_una
+        rtx = self.rtx
+        rtt_sample: float | None = None
+        while rtx and rtx[0].end <= ack_off:
+            r = rtx.popleft()
+            n = r.end - r.start
+            if r.sacked:
+                self.sacked_bytes -= n
+            else:
+                if r.lost:
+                    self.lost_bytes -= n
+                if r.retrans:
+                    self.retrans_bytes -= n
+            if r.tx_count == 1 and not r.sacked:
+                rtt_sample = now - r.tx_time   # Karn: only never-retransmitted segments
+        if rtx and rtx[0].start < ack_off:
+            r = rtx[0]
+            cut = ack_off - r.start
+            if r.sacked:
+                self.sacked_bytes -= cut
+            else:
+                if r.lost:
+                    self.lost_bytes -= cut
+                if r.retrans:
+                    self.retrans_bytes -= cut
+            r.start = ack_off
+        # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
+        if seg is not None and self.ts_ok and seg.ts_ecr > 0 and seg.ts_val >= 0:
+            self._ts_rtt(seg.ts_ecr, now)
+        elif rtt_sample is not None:
+            self.rtt.on_sample(max(rtt_sample, 1e-6))
+        # Release acknowledged data from the send buffer (offset 1 is data byte 0).
+        data_end = min(ack_off - 1, self.snd_buf.end)
+        if data_end > self.snd_buf.start:
+            self.snd_buf.release(data_end)
+        self.snd_una = ack_off
+        if self.snd_nxt < ack_off:
+            self.snd_nxt = ack_off
+        if ack_off > self.snd_max:
+            self.snd_max = ack_off
+        self.bytes_acked += acked
+        self.delivered += acked
+        # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
+        self.rtt.reset_backoff()
+        self.retransmits = 0
+        self.first_rto_time = now
+        if self.snd_una >= self.snd_max:
+            self.rto_deadline = INF
+        else:
+            self.rto_deadline = now + self.rtt.timeout
+        self._fin_acked_transitions(now)
+        return acked
+
+    def _fin_acked_transitions(self, now: float) -> None:
+        if not self.fin_queued or self.snd_una < self.snd_buf.end + 2:
+            return
+        st = self.state
+        if st is State.FIN_WAIT_1:
+            self._set_state(State.FIN_WAIT_2, now)
+            if self.closed_by_app:
+                self.time_wait_deadline = now + self.config.fin_timeout
+        elif st is State.CLOSING:
+            self._enter_time_wait(now)
+        elif st is State.LAST_ACK:
+            self._close_now(now)
+
+    def _enter_time_wait(self, now: float) -> None:
+        self._set_state(State.TIME_WAIT, now)
+        self.rto_deadline = self.delack_deadline = self.probe_deadline = self.keepalive_deadline = INF
+        self.rtx.clear()
+        self.time_wait_deadline = now + self.config.time_wait
+        self.stack.on_time_wait(self)
+
+    def _process_sack(self, blocks: tuple[tuple[int, int], ...], ack_off: int, now: float) -> bool:
+        """Mark SACKed records (RFC 2018 §3, RFC 6675 §4 update()). Returns True if new data was SACKed."""
+        new = False
+        rtx = self.rtx
+        for left_seq, right_seq in blocks:
+            left = self._snd_off(left_seq)
+            right = self._snd_off(right_seq)
+            if right <= left or right > self.snd_max or left < self.snd_una - self.max_snd_wnd:
+                self.mib["TcpExtTCPSACKDiscard"] += 1
+                continue
+            if right <= ack_off or left < self.snd_una:
+                self.mib["TcpExtTCPDSACKRecv"] += 1    # RFC 2883: a duplicate report
+                continue
+            i = 0
+            while i < len(rtx):
+                r = rtx[i]
+                if r.end <= left:
+                    i += 1
+                    continue
+                if r.start >= right:
+                    break
+                if not r.sacked:
+                    # Split the record at the block edges so SACK state is exact.
+                    if r.start < left:
+                        tail = SentSegment(left, r.end, r.fin, r.tx_time)
+                        tail.tx_count, tail.retrans, tail.lost = r.tx_count, r.retrans, r.lost
+                        r.end = left
+                        r.fin = False
+                        rtx.insert(i + 1, tail)
+                        i += 1
+                        continue
+                    if r.end > right:
+                        tail = SentSegment(right, r.end, r.fin, r.tx_time)
+                        tail.tx_count, tail.retrans, tail.lost = r.tx_count, r.retrans, r.lost
+                        r.end = right
+                        r.fin = False
+                        rtx.insert(i + 1, tail)
+                    n = r.end - r.start
+                    r.sacked = True
+                    self.sacked_bytes += n
+                    if r.lost:
+                        self.lost_bytes -= n
+                        r.lost = False
+                    if r.retrans:
+                        self.retrans_bytes -= n
+                        r.retrans = False
+                    if r.end > self.high_sacked:
+                        self.high_sacked = r.end
+                    new = True
+                    if r.tx_count == 1 and not self.ts_ok:
+                        self.rtt.on_sample(max(now - r.tx_time, 1e-6))
+                i += 1
+        return new
+
+    def _mark_lost(self, r: SentSegment) -> None:
+        if r.sacked or r.lost:
+            return
+        n = r.end - r.start
+        r.lost = True
+        self.lost_bytes += n
+        if r.retrans:
+            # A lost retransmission: it no longer counts in the pipe (RFC 6675 §4 SetPipe).
+            r.retrans = False
+            self.retrans_bytes -= n
+
+    def _detect_losses(self) -> None:
+        """RFC 6675 §4 IsLost: DupThresh SACKed segments, or more than (DupThresh-1)*SMSS bytes, above."""
+        thresh = self.config.reordering
+        limit = (thresh - 1) * self.mss
+        sacked_above = 0
+        sacked_segs = 0
+        for r in reversed(self.rtx):
+            if r.sacked:
+                sacked_above += r.end - r.start
+                sacked_segs += 1
+            elif (sacked_segs >= thresh or sacked_above > limit) and not r.lost and not r.retrans:
+                self._mark_lost(r)
+
+    def _enter_recovery(self, now: float) -> None:
+        """RFC 6675 §5 / RFC 6582 §3.2: fast retransmit and the start of fast recovery."""
+        if self.ca_state in (CA_RECOVERY, CA_LOSS):
+            return
+        self.mib["TcpExtTCPSackRecovery" if self.sack_ok else "TcpExtTCPRenoRecovery"] += 1
+        # Linux bases ssthresh on cwnd (tcp_reno_ssthresh / bictcp_recalc_ssthresh).
+        self.cc.on_congestion_event(now, self.cc.cwnd)
+        self.ca_state = CA_RECOVERY
+        self.recover = self.snd_max
+
+    def _exit_recovery(self) -> None:
+        if self.ca_state == CA_RECOVERY:
+            self.cc.on_recovery_exit()
+        self.ca_state = CA_OPEN
+        self.reno_dupacks = 0
+        self.dupacks = 0
+
+    # ------------------------------------------------------------ data receive
+
+    def _receive_data(self, seg: Segment, seg_off: int, now: float) -> None:
+        """RFC 9293 §3.10.7.4 seventh/eighth: queue in-order data, reassemble, handle FIN."""
+        payload = seg.payload
+        fin = bool(seg.flags & FIN)
+        if seg.flags & SYN:
+            seg_off += 1          # data in a SYN starts after the SYN's sequence number
+        plen = len(payload)
+        mib = self.mib
+        self.last_rcv_time = now
+        nxt = self.rcv_nxt
+        if plen:
+            self.data_segs_in += 1
+        # Trim what was already received (RFC 9293 §3.10.7.4 "trim").
+        if seg_off < nxt:
+            cut = nxt - seg_off
+            if cut >= plen and not fin:
+                self.dsack = (seg_off, seg_off + plen) if self.sack_ok and self.config.dsack else None
+                mib["TcpExtTCPDSACKOldSent" if self.dsack else "UsertcpDupData"] += 1
+                self._schedule_ack(now, immediate=True)
+                return
+            if cut > plen:
+                cut = plen
+            if self.sack_ok and self.config.dsack and cut:
+                self.dsack = (seg_off, seg_off + cut)
+            payload = payload[cut:]
+            seg_off += cut
+            plen -= cut
+        # Trim to the receive window's right edge.
+        right = self.rcv_nxt + max(self.rcv_adv - self.rcv_nxt, 0)
+        if seg_off + plen > right:
+            keep = max(right - seg_off, 0)
+            payload = payload[:keep]
+            plen = keep
+            fin = False
+            mib["UsertcpBeyondWindow"] += 1
+        if seg_off == nxt:
+            if plen:
+                if not self.read_shutdown or not self.closed_by_app:
+                    self.rcv_buf.append(payload)
+                nxt += plen
+                self.bytes_received += plen
+            if fin:
+                nxt += 1
+            if fin and not self.ooo.empty:
+                self.ooo.clear()       # nothing can follow a FIN (RFC 9293 §3.10.7.4 eighth)
+            if not self.ooo.empty:
+                nxt_seq = (self.irs + nxt) & SEQ_MASK
+                chunks, new_seq, ooo_fin = self.ooo.pop_ready(nxt_seq)
+                for c in chunks:
+                    self.rcv_buf.append(c)
+                    self.bytes_received += len(c)
+                if ooo_fin:
+                    fin = True
+                nxt += seq_diff(new_seq, nxt_seq)
+                immediate = True       # RFC 5681 §4.2: ACK at once when a hole fills
+            else:
+                immediate = False
+            self.rcv_nxt = nxt
+            if fin:
+                self._fin_arrives(now)
+                self._schedule_ack(now, immediate=True)
+            elif plen or immediate:
+                self._schedule_ack(now, immediate=immediate, length=plen)
+        else:
+            # Out of order: queue it and send an immediate duplicate ACK (RFC 5681 §4.2).
+            irs = self.irs
+            if not self.ooo.add((irs + seg_off) & SEQ_MASK, payload, fin, (irs + nxt) & SEQ_MASK):
+                mib["TcpExtTCPOFODrop"] += 1
+            else:
+                mib["TcpExtTCPOFOQueue"] += 1
+            self._schedule_ack(now, immediate=True)
+
+    def _fin_arrives(self, now: float) -> None:
+        self.fin_received = True
+        st = self.state
+        if st is State.ESTABLISHED:
+            self._set_state(State.CLOSE_WAIT, now)
+        elif st is State.FIN_WAIT_1:
+            if self.fin_queued and self.snd_una >= self.snd_buf.end + 2:
+                self._enter_time_wait(now)
+            else:
+                self._set_state(State.CLOSING, now)
+        elif st is State.FIN_WAIT_2:
+            self._enter_time_wait(now)
+
+    def _schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
+        """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
+        self.ack_pending += max(length, 1)
+        if immediate:
+            self._ack_now_flag = True
+            return
+        if self.quickack > 0 and not self.pingpong:
+            self.quickack -= 1
+            self._ack_now_flag = True
+            return
+        # At least every second full-sized segment.
+        if self.rcv_nxt - self.last_ack_sent >= 2 * self.rcv_mss:
+            self._ack_now_flag = True
+            return
+        if self.delack_deadline == INF:
+            self.delack_deadline = now + self.config.delack_min
+
+
+    # ------------------------------------------------------------------ output
+
+    def output(self, now: float, *, more: bool = False) -> None:
+        """Send what the windows allow: retransmissions, new data, FIN, then any owed ACK."""
+        st = self.state
+        if st is State.CLOSED or st is State.LISTEN or st is State.TIME_WAIT:
+            if self._ack_now_flag:
+                self._ack_now_flag = False
+                if st is State.TIME_WAIT:
+                    self.send_ack(now)
+            return
+        if st is State.SYN_SENT or st is State.SYN_RECEIVED:
+            self._ack_now_flag = False
+            self.stack.syn_state_output(self, now)
+            return
+        sent = False
+        if self.lost_bytes:
+            sent = self._send_retransmissions(now)
+        if self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0):
+            sent = self._send_new_data(now, more) or sent
+        if self._ack_now_flag:
+            self._ack_now_flag = False
+            if not sent or self.ack_pending:
+                self.send_ack(now)
+        if self.snd_max > self.snd_una and self.rto_deadline == INF:
+            self.rto_deadline = now + self.rtt.timeout
+        self._arm_probe(now)
+        if self.keepalive and self.state in SYNCHRONIZED:
+            self.keepalive_deadline = self.last_rcv_time + self.keepalive_time \
+                if self.probes_out == 0 else self.keepalive_deadline
+
+    def _send_retransmissions(self, now: float) -> bool:
+        """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd."""
+        sent = False
+        cwnd = self.cc.cwnd
+        for r in self.rtx:
+            if not r.lost or r.retrans or r.sacked:
+                continue
+            if self.in_flight + (r.end - r.start) > cwnd and sent:
+                break
+            if self.in_flight >= cwnd and not (not sent and self.ca_state == CA_RECOVERY
+                                               and self.retrans_bytes == 0):
+                break
+            self._retransmit(r, now)
+            sent = True
+        return sent
+
+    def _retransmit(self, r: SentSegment, now: float) -> None:
+        # Re-cut to the current MSS (the MSS may have shrunk).
+        if r.end - r.start - (1 if r.fin else 0) > self.mss:
+            tail = SentSegment(r.start + self.mss, r.end, r.fin, r.tx_time)
+            tail.tx_count, tail.lost = r.tx_count, r.lost
+            r.end = r.start + self.mss
+            r.fin = False
+            idx = self.rtx.index(r)
+            self.rtx.insert(idx + 1, tail)
+        dlen = r.end - r.start - (1 if r.fin else 0)
+        payload = self.snd_buf.views(r.start - 1, dlen) if dlen else []
+        flags = ACK
+        if r.fin:
+            flags |= FIN
+        if dlen and r.start - 1 + dlen >= self.snd_buf.end:
+            flags |= PSH
+        self._emit(now, r.start, flags, payload)
+        r.retrans = True
+        self.retrans_bytes += r.end - r.start
+        r.tx_count += 1
+        r.tx_time = now
+        self.total_retrans += 1
+        self.mib["TcpRetransSegs"] += 1
+        if self.ca_state == CA_RECOVERY:
+            self.mib["TcpExtTCPFastRetrans"] += 1
+        if self.rto_deadline == INF:
+            self.rto_deadline = now + self.rtt.timeout
+
+    def _send_new_data(self, now: float, more: bool) -> bool:
+        """RFC 9293 §3.8.6.2.1 sender SWS avoidance, Nagle (Minshall), cwnd and rwnd limits."""
+        sent = False
+        mss = self.mss
+        data_end = self.snd_buf.end + 1          # offset just past the last queued byte
+        while True:
+            nxt = self.snd_nxt
+            avail = data_end - nxt
+            fin_now = self.fin_queued and avail <= 0 and nxt == data_end
+            if avail <= 0 and not fin_now:
+                break
+            wnd_right = self.snd_una + self.snd_wnd
+            wnd_room = wnd_right - nxt
+            cwnd_room = self.cc.cwnd - self.in_flight
+            if fin_now:
+                # A bare FIN is sent regardless of the windows' payload room.
+                self._emit_new(now, nxt, 0, fin=True)
+                return True
+            if cwnd_room <= 0 or wnd_room <= 0:
+                break
+            size = min(avail, mss, wnd_room, cwnd_room)
+            if size < mss and size < avail:
+                # Window-limited to a small segment: only if it is half the max window (SWS).
+                if size < self.max_snd_wnd // 2 or cwnd_room < mss and cwnd_room < avail:
+                    if not (cwnd_room < mss and self.snd_nxt == self.snd_una):
+                        break
+            if size < mss and size == avail:
+                # A partial segment of all remaining data: Nagle/cork decide (RFC 896, Linux).
+                if self.cork or more:
+                    break
+                if not self.nodelay and self.snd_sml > self.snd_una and self.snd_nxt > self.snd_una:
+                    break
+            fin = self.fin_queued and nxt + size == data_end
+            self._emit_new(now, nxt, size, fin=fin)
+            sent = True
+            if size < mss:
+                self.snd_sml = nxt + size
+        return sent
+
+    def _emit_new(self, now: float, off: int, size: int, *, fin: bool) -> None:
+        payload = self.snd_buf.views(off - 1, size) if size else []
+        flags = ACK
+        if size and off - 1 + size >= self.snd_buf.end:
+            flags |= PSH            # Linux pushes at the end of what the application wrote
+        if fin:
+            flags |= FIN
+        end = off + size + (1 if fin else 0)
+        self._emit(now, off, flags, payload)
+        self.rtx.append(SentSegment(off, end, fin, now))
+        self.snd_nxt = end
+        if end > self.snd_max:
+            self.snd_max = end
+        if size:
+            self.data_segs_out += 1
+        if self.rto_deadline == INF:
+            self.rto_deadline = now + self.rtt.timeout
+        if self.last_rcv_time and now - self.last_rcv_time < self.config.delack_min:
+            self.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
+
+    def _arm_probe(self, now: float) -> None:
+        """RFC 9293 §3.8.6.1: probe a zero window when data waits and nothing is in flight."""
+        if self.snd_wnd == 0 and self.snd_nxt == self.snd_una and self.unsent_bytes > 0:
+            if self.probe_deadline == INF:
+                self.probe_deadline = now + self.rtt.timeout
+        elif self.probe_deadline != INF and (self.snd_wnd > 0 or self.unsent_bytes == 0):
+            self.probe_deadline = INF
+            self.probes_out = 0
+
+    # ------------------------------------------------------------------ timers
+
+    def next_deadline(self) -> float:
+        return min(self.rto_deadline, self.delack_deadline, self.probe_deadline,
+                   self.keepalive_deadline, self.time_wait_deadline)
+
+    def _schedule(self) -> None:
+        d = self.next_deadline() if self.state is not State.CLOSED else INF
+        if d != self.timer_deadline:
+            self.timer_deadline = d
+            if d != INF:
+                self.stack.schedule(self, d)
+
+    def handle_timer(self, now: float) -> None:
+        if self.state is State.CLOSED:
+            return
+        if now >= self.time_wait_deadline:
+            self.time_wait_deadline = INF
+            self.mib["UsertcpTimeWaitExpired" if self.state is State.TIME_WAIT else "TcpExtTCPAbortOnTimeout"] += 1
+            self._close_now(now)
+            return
+        if now >= self.rto_deadline:
+            self.rto_deadline = INF
+            self._on_rto(now)
+        if self.state is not State.CLOSED and now >= self.delack_deadline:
+            self.delack_deadline = INF
+            if self.ack_pending:
+                self.mib["TcpExtDelayedACKs"] += 1
+                self.send_ack(now)
+        if self.state is not State.CLOSED and now >= self.probe_deadline:
+            self.probe_deadline = INF
+            self._on_probe(now)
+        if self.state is not State.CLOSED and now >= self.keepalive_deadline:
+            self.keepalive_deadline = INF
+            self._on_keepalive(now)
+        if self.state is not State.CLOSED:
+            self.output(now)
+        self._schedule()
+
+    def _on_rto(self, now: float) -> None:
+        """RFC 6298 §5.4-5.6 and RFC 5681 §3.1: a retransmission timeout."""
+        cfg = self.config
+        st = self.state
+        if st is State.SYN_SENT or st is State.SYN_RECEIVED:
+            limit = cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries
+            if self.syn_retries >= limit or self._user_timeout_expired(now):
+                if st is State.SYN_RECEIVED and self.passive:
+                    self.stack.forget_embryonic(self)
+                self._fail(errno.ETIMEDOUT, now)
+                return
+            self.syn_retries += 1
+            self.rtt.on_timeout()
+            self.mib["TcpExtTCPSynRetrans"] += 1
+            self.total_retrans += 1
+            self.mib["TcpRetransSegs"] += 1
+            self.rto_deadline = now + self.rtt.timeout
+            self.stack.syn_rto(self, now)
+            self._send_syn(now)
+            return
+        if self.snd_una >= self.snd_max:
+            return
+        if self.retransmits >= cfg.retries2 or self._user_timeout_expired(now):
+            self._fail(errno.ETIMEDOUT, now)
+            return
+        self.mib["TcpExtTCPTimeouts"] += 1
+        self.cc.on_rto(now, self.cc.cwnd, first_timeout=self.retransmits == 0)
+        self.ca_state = CA_LOSS
+        self.recover = self.snd_max
+        self.reno_dupacks = 0
+        self.dupacks = 0
+        for r in self.rtx:
+            if r.retrans:
+                r.retrans = False
+            if not r.sacked and not r.lost:
+                r.lost = True
+        self.retrans_bytes = 0
+        self.lost_bytes = sum(r.end - r.start for r in self.rtx if r.lost)
+        self.retransmits += 1
+        self.rtt.on_timeout()
+        if self.rtx:
+            self._retransmit(self.rtx[0], now)
+        self.rto_deadline = now + self.rtt.timeout
+
+    def _user_timeout_expired(self, now: float) -> bool:
+        return bool(self.user_timeout) and now - self.first_rto_time >= self.user_timeout
+
+    def _on_probe(self, now: float) -> None:
+        """A zero-window probe: Linux sends an ACK with SEQ = SND.UNA - 1 (tcp_xmit_probe_skb)."""
+        if self.snd_wnd > 0 or self.unsent_bytes == 0:
+            self.probes_out = 0
+            return
+        if self.probes_out >= self.config.retries2 or (self.user_timeout and
+                                                        now - self.first_rto_time >= self.user_timeout):
+            self._fail(errno.ETIMEDOUT, now)
+            return
+        self.probes_out += 1
+        self.mib["UsertcpWindowProbes"] += 1
+        self._emit(now, self.snd_una - 1, ACK)
+        self.probe_deadline = now + min(self.rtt.rto * (1 << min(self.probes_out, 12)), self.config.rto_max)
+
+    def _on_keepalive(self, now: float) -> None:
+        """RFC 1122 §4.2.3.6 keepalive, Linux's probe form (SEQ = SND.UNA - 1, no data)."""
+        if not self.keepalive or self.state not in SYNCHRONIZED or self.state is State.TIME_WAIT:
+            return
+        idle = now - self.last_rcv_time
+        if self.probes_out == 0 and idle < self.keepalive_time:
+            self.keepalive_deadline = self.last_rcv_time + self.keepalive_time
+            return
+        if self.probes_out >= self.keepalive_probes:
+            self.mib["TcpExtTCPAbortOnTimeout"] += 1
+            self._fail(errno.ETIMEDOUT, now, send_rst=True)
+            return
+        self.probes_out += 1
+        self.mib["UsertcpKeepaliveProbes"] += 1
+        self._emit(now, self.snd_una - 1, ACK)
+        self.keepalive_deadline = now + self.keepalive_intvl
+
+    # ----------------------------------------------------------------- tcp_info
+
+    def info(self) -> dict[str, int]:
+        """A Linux ``struct tcp_info``-like view (field names as tcpi_*)."""
+        rtt = self.rtt
+        mss = max(self.mss, 1)
+        opts = 0
+        if self.ts_ok:
+            opts |= 1
+        if self.sack_ok:
+            opts |= 2
+        if self.ws_ok:
+            opts |= 4
+        if self.syn_data_acked:
+            opts |= 32
+        out = {
+            "tcpi_state": int(self.state),
+            "tcpi_ca_state": self.ca_state,
+            "tcpi_retransmits": self.retransmits,
+            "tcpi_probes": self.probes_out,
+            "tcpi_backoff": rtt.backoff,
+            "tcpi_options": opts,
+            "tcpi_snd_wscale": self.snd_wscale,
+            "tcpi_rcv_wscale": self.rcv_wscale,
+            "tcpi_rto": int(rtt.timeout * 1e6),
+            "tcpi_ato": int(self.config.delack_min * 1e6),
+            "tcpi_snd_mss": self.mss,
+            "tcpi_rcv_mss": self.rcv_mss,
+            "tcpi_unacked": (self.snd_nxt - self.snd_una + mss - 1) // mss,
+            "tcpi_sacked": (self.sacked_bytes + mss - 1) // mss,
+            "tcpi_lost": (self.lost_bytes + mss - 1) // mss,
+            "tcpi_retrans": (self.retrans_bytes + mss - 1) // mss,
+            "tcpi_pmtu": self.config.mtu,
+            "tcpi_advmss": self.stack.mtu_mss(self.v6) - (12 if self.ts_ok else 0),
+            "tcpi_snd_ssthresh": min(self.cc.ssthresh // mss, 0x7FFFFFFF),
+            "tcpi_snd_cwnd": self.cc.cwnd // mss,
+            "tcpi_total_retrans": self.total_retrans,
+            "tcpi_segs_out": self.segs_out,
+            "tcpi_segs_in": self.segs_in,
+            "tcpi_data_segs_in": self.data_segs_in,
+            "tcpi_data_segs_out": self.data_segs_out,
+            "tcpi_bytes_acked": self.bytes_acked,
+            "tcpi_bytes_received": self.bytes_received,
+            "tcpi_delivered": (self.delivered + mss - 1) // mss + (1 if self.state is not State.SYN_SENT else 0),
+            "tcpi_notsent_bytes": self.unsent_bytes,
+            "tcpi_snd_wnd": self.snd_wnd,
+            "tcpi_rcv_space": self.rcvbuf_limit,
+        }
+        out.update(rtt.as_info())
+        return out

@@ -1,0 +1,394 @@
+"""The stack: demultiplexes packets to connections and listeners, owns timers and output.
+
+Sans-IO surface (the :class:`usertcp.net.endpoint.Endpoint` protocol):
+``receive(packet, now)``, ``datagrams_to_send()``, ``get_timer()``, ``handle_timer(now)``.
+Application-side calls (``listen``, ``connect``, ``Connection.send`` ...) take ``now`` too.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import ipaddress
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from usertcp.tcp.config import StackConfig
+from usertcp.tcp.connection import INF, Connection, State
+from usertcp.tcp.cookies import IsnGenerator
+from usertcp.tcp.counters import Counters
+from usertcp.tcp.siphash import siphash24
+from usertcp.wire.packet import build_packet, parse_packet
+from usertcp.wire.segment import ACK, FIN, RST, SYN, Buffer, DropPacket, Segment, TxPacket
+
+EPHEMERAL_PORTS = (32768, 60999)   # Linux ip_local_port_range
+
+
+def pack_ip(addr: str | bytes | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
+    if isinstance(addr, bytes):
+        if len(addr) not in (4, 16):
+            raise ValueError("a packed address has 4 or 16 bytes")
+        return addr
+    return ipaddress.ip_address(addr).packed
+
+
+class Listener:
+    """A passive-open endpoint (RFC 9293 LISTEN) with its SYN and accept queues."""
+
+    def __init__(self, stack: Stack, local_ip: bytes | None, port: int, backlog: int) -> None:
+        self.stack = stack
+        self.local_ip = local_ip          # None: any address of the stack
+        self.port = port
+        self.backlog = max(1, min(backlog, stack.config.somaxconn))
+        self.accept_queue: list[Connection] = []
+        self.embryonic: set[Connection] = set()
+        self.closed = False
+        self.fastopen_qlen = 0            # TCP_FASTOPEN (the preload/TFO issue)
+        self.fastopen_pending = 0
+        self.preload: bytes = b""         # MSG_PRELOAD (the preload/TFO issue)
+        self.options: dict[str, Any] = {}  # socket options inherited by children
+        self.on_accept_ready: Callable[[Listener], None] | None = None
+
+    def __repr__(self) -> str:
+        addr = self.stack.fmt_addr(self.local_ip) if self.local_ip else "*"
+        return f"<Listener {addr}:{self.port} queued={len(self.accept_queue)}>"
+
+    def accept(self) -> Connection | None:
+        """Pop one established connection, or None (the caller maps that to EAGAIN)."""
+        if self.accept_queue:
+            return self.accept_queue.pop(0)
+        return None
+
+    def close(self, now: float) -> None:
+        """Closing a listener resets every connection not yet accepted (Linux inet_csk_listen_stop)."""
+        self.closed = True
+        for conn in list(self.accept_queue) + list(self.embryonic):
+            conn.abort(now)
+        self.accept_queue.clear()
+        self.embryonic.clear()
+        self.stack.remove_listener(self)
+
+
+class Stack:
+    """A TCP/IP host: addresses, connections, listeners, timers and counters."""
+
+    def __init__(self, addresses: Iterable[str | bytes], config: StackConfig | None = None,
+                 *, name: str = "") -> None:
+        self.config = config or StackConfig()
+        self.name = name
+        self.addresses: list[bytes] = [pack_ip(a) for a in addresses]
+        self.counters = Counters()
+        self.connections: dict[tuple[bytes, int, bytes, int], Connection] = {}
+        self.listeners: dict[tuple[bytes, int], Listener] = {}
+        self._out: list[TxPacket] = []
+        self._timers: list[tuple[float, int, Connection]] = []
+        self._timer_seq = 0
+        self._isn = IsnGenerator(self.config.isn_secret)
+        self._next_port = EPHEMERAL_PORTS[0]
+        self._challenge_window = -1.0
+        self._challenge_count = 0
+        self.time_wait_count = 0
+        self.gso_max_size = 0             # > 0 when the link segments for us (TSO)
+        self.tx_csum_offload = False
+        self.tracer: Callable[[dict[str, Any]], None] | None = None
+        self.hooks: Any = None            # feature extensions (fast open, preload, MD5)
+        self.now = 0.0
+
+    # ------------------------------------------------------------ Endpoint API
+
+    def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False) -> None:
+        """Take one inbound IP packet. Every malformed packet is dropped and counted."""
+        self.now = now
+        mib = self.counters
+        try:
+            seg = parse_packet(packet, verify_checksum=not checksum_verified)
+        except DropPacket as drop:
+            mib[drop.counter] += 1
+            if drop.counter == "TcpInCsumErrors":
+                mib["TcpInErrs"] += 1
+            return
+        mib["TcpInSegs"] += 1
+        if seg.dst not in self.addresses:
+            mib["IpInAddrErrors"] += 1
+            return
+        self.segment_arrives(seg, now)
+
+    def datagrams_to_send(self) -> list[TxPacket]:
+        out = self._out
+        self._out = []
+        return out
+
+    def get_timer(self) -> float | None:
+        timers = self._timers
+        while timers:
+            deadline, _, conn = timers[0]
+            if conn.timer_deadline == deadline and conn.state is not State.CLOSED:
+                return deadline
+            heapq.heappop(timers)
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        self.now = now
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            deadline, _, conn = heapq.heappop(timers)
+            if conn.timer_deadline != deadline or conn.state is State.CLOSED:
+                continue
+            conn.timer_deadline = INF
+            conn.handle_timer(now)
+
+    # ------------------------------------------------------- used by Connection
+
+    def output(self, pkt: TxPacket) -> None:
+        self._out.append(pkt)
+
+    def schedule(self, conn: Connection, deadline: float) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (deadline, self._timer_seq, conn))
+
+    def mtu_mss(self, v6: bool) -> int:
+        return self.config.mtu - (60 if v6 else 40)
+
+    def new_isn(self, conn: Connection, now: float) -> int:
+        return self._isn.isn(conn.local_ip, conn.local_port, conn.remote_ip, conn.remote_port, now)
+
+    def ts_offset(self, conn: Connection) -> int:
+        """Linux secure_tcp_ts_off: a keyed per-connection offset hides the host's clock."""
+        if not self.config.random_ts_offset:
+            return 0
+        data = conn.local_ip + conn.remote_ip
+        return siphash24(self.config.ts_secret, data) & 0xFFFFFFFF
+
+    def challenge_ack_allowed(self, now: float) -> bool:
+        """RFC 5961 §7: a stack-wide limit on challenge ACKs per second."""
+        second = float(int(now))
+        if second != self._challenge_window:
+            self._challenge_window = second
+            self._challenge_count = 0
+        if self._challenge_count >= self.config.challenge_ack_limit:
+            return False
+        self._challenge_count += 1
+        return True
+
+    def remove(self, conn: Connection) -> None:
+        if self.connections.get(conn.key) is conn:
+            del self.connections[conn.key]
+            if conn.was_time_wait:
+                self.time_wait_count -= 1
+        if conn.listener is not None:
+            conn.listener.embryonic.discard(conn)
+            if conn in conn.listener.accept_queue and conn.error:
+                pass   # stays queued: accept() returns it and the first call reports the reset
+
+    def on_time_wait(self, conn: Connection) -> None:
+        conn.was_time_wait = True
+        self.time_wait_count += 1
+        if self.time_wait_count > self.config.max_time_wait:
+            self.counters["TcpExtTCPTimeWaitOverflow"] += 1
+            conn._close_now(self.now)
+
+    def trace_state(self, conn: Connection, old: State, new: State, now: float) -> None:
+        if self.tracer is not None:
+            self.tracer({"time": now, "name": "tcp:state_updated", "data": {
+                "conn": f"{self.fmt_addr(conn.local_ip)}:{conn.local_port}-"
+                        f"{self.fmt_addr(conn.remote_ip)}:{conn.remote_port}",
+                "old": old.name, "new": new.name}})
+
+    @staticmethod
+    def fmt_addr(addr: bytes | None) -> str:
+        if addr is None:
+            return "*"
+        return str(ipaddress.ip_address(addr))
+
+    # Feature hooks: the defaults are plain RFC 9293 behaviour; the fast-open/preload
+    # module installs an object with the same methods in ``self.hooks``.
+
+    def fastopen_syn_option(self, conn: Connection, synack: bool, peer: Segment | None
+                            ) -> tuple[bytes | None, bool]:
+        if self.hooks is not None:
+            return self.hooks.fastopen_syn_option(conn, synack, peer)
+        return None, False
+
+    def syn_payload(self, conn: Connection) -> list[memoryview]:
+        if self.hooks is not None:
+            return self.hooks.syn_payload(conn)
+        return []
+
+    def on_passive_syn(self, conn: Connection, seg: Segment, now: float) -> None:
+        if self.hooks is not None:
+            self.hooks.on_passive_syn(conn, seg, now)
+
+    def on_synack(self, conn: Connection, seg: Segment, now: float) -> None:
+        if self.hooks is not None:
+            self.hooks.on_synack(conn, seg, now)
+
+    def syn_state_output(self, conn: Connection, now: float) -> None:
+        if self.hooks is not None:
+            self.hooks.syn_state_output(conn, now)
+
+    def syn_rto(self, conn: Connection, now: float) -> None:
+        if self.hooks is not None:
+            self.hooks.syn_rto(conn, now)
+
+    def on_established_passive(self, conn: Connection, now: float) -> None:
+        lst = conn.listener
+        if lst is None:
+            return
+        lst.embryonic.discard(conn)
+        if lst.closed:
+            conn.abort(now)
+            return
+        if conn not in lst.accept_queue:
+            lst.accept_queue.append(conn)
+        if lst.on_accept_ready is not None:
+            lst.on_accept_ready(lst)
+
+    def forget_embryonic(self, conn: Connection) -> None:
+        if conn.listener is not None:
+            conn.listener.embryonic.discard(conn)
+
+    def time_wait_reuse(self, conn: Connection, seg: Segment, now: float) -> bool:
+        """RFC 9293 §3.6.1 / RFC 6191: a SYN may reopen a TIME_WAIT pair if it is newer."""
+        newer = (conn.ts_ok and seg.ts_val >= 0 and ((seg.ts_val - conn.ts_recent) & 0xFFFFFFFF) < 1 << 31
+                 and seg.ts_val != conn.ts_recent) or \
+            (((seg.seq - (conn.irs + conn.rcv_nxt)) & 0xFFFFFFFF) < 1 << 31
+             and seg.seq != (conn.irs + conn.rcv_nxt) & 0xFFFFFFFF)
+        if not newer:
+            return False
+        listener = self._find_listener(seg.dst, seg.dport)
+        if listener is None:
+            return False
+        conn._close_now(now)
+        self.counters["TcpExtTWRecycled"] += 1
+        self._listen_syn(listener, seg, now)
+        return True
+
+    # ------------------------------------------------------------ demultiplex
+
+    def segment_arrives(self, seg: Segment, now: float) -> None:
+        key = (seg.dst, seg.dport, seg.src, seg.sport)
+        conn = self.connections.get(key)
+        if conn is not None:
+            if self.hooks is not None and not self.hooks.accept_segment(conn, seg, now):
+                return
+            conn.segment_arrives(seg, now)
+            return
+        listener = self._find_listener(seg.dst, seg.dport)
+        if listener is not None and not listener.closed:
+            if self.hooks is not None and not self.hooks.accept_listener_segment(listener, seg, now):
+                return
+            flags = seg.flags
+            if flags & RST:
+                return
+            if flags & ACK:
+                # RFC 9293 §3.10.7.2: an ACK to a listener gets a reset (or is a SYN cookie).
+                if self.hooks is not None and self.hooks.syncookie_ack(listener, seg, now):
+                    return
+                self.send_reset_for(seg, now)
+                return
+            if flags & SYN:
+                self._listen_syn(listener, seg, now)
+            return
+        self.counters["UsertcpNoSocket"] += 1
+        self.send_reset_for(seg, now)
+
+    def _find_listener(self, ip: bytes, port: int) -> Listener | None:
+        lst = self.listeners.get((ip, port))
+        if lst is None:
+            lst = self.listeners.get((b"", port))
+        return lst
+
+    def _listen_syn(self, listener: Listener, seg: Segment, now: float) -> None:
+        cfg = self.config
+        mib = self.counters
+        if len(listener.accept_queue) >= listener.backlog:
+            # Linux drops SYNs while the accept queue is full (ListenOverflows).
+            mib["TcpExtListenOverflows"] += 1
+            mib["TcpExtListenDrops"] += 1
+            return
+        if len(listener.embryonic) >= min(cfg.max_syn_backlog, max(listener.backlog, 128) * 2):
+            if self.hooks is not None and self.hooks.syncookie_syn(listener, seg, now):
+                return
+            mib["TcpExtListenDrops"] += 1
+            mib["UsertcpSynQueueDrops"] += 1
+            return
+        conn = Connection(self, seg.dst, seg.dport, seg.src, seg.sport)
+        for name, value in listener.options.items():
+            setattr(conn, name, value)
+        self.connections[conn.key] = conn
+        listener.embryonic.add(conn)
+        conn.start_passive_open(seg, listener, now)
+
+    def send_reset_for(self, seg: Segment, now: float, md5_key: bytes | None = None) -> None:
+        """RFC 9293 §3.10.7.1: the reset sent for a segment that belongs to no connection."""
+        if seg.flags & RST:
+            return
+        if self.hooks is not None and not self.hooks.may_send_reset(seg):
+            return
+        if seg.flags & ACK:
+            seq, ack, flags = seg.ack, 0, RST
+        else:
+            seg_len = len(seg.payload) + (1 if seg.flags & SYN else 0) + (1 if seg.flags & FIN else 0)
+            seq, ack, flags = 0, (seg.seq + seg_len) & 0xFFFFFFFF, RST | ACK
+        pkt = build_packet(src=seg.dst, dst=seg.src, sport=seg.dport, dport=seg.sport, seq=seq, ack=ack,
+                           flags=flags, window=0, ttl=self.config.ttl)
+        self.counters["TcpOutRsts"] += 1
+        self.counters["TcpOutSegs"] += 1
+        self.output(pkt)
+
+    # -------------------------------------------------------- application API
+
+    def listen(self, port: int, *, address: str | bytes | None = None, backlog: int = 128) -> Listener:
+        local = pack_ip(address) if address not in (None, "", "0.0.0.0", "::") else None
+        if local is not None and local not in self.addresses:
+            raise OSError(errno.EADDRNOTAVAIL, "address not on this stack")
+        if not 0 < port < 65536:
+            raise OSError(errno.EINVAL, "port out of range")
+        key = (local or b"", port)
+        if key in self.listeners or (local is None and any(k[1] == port for k in self.listeners)):
+            raise OSError(errno.EADDRINUSE, "address already in use")
+        lst = Listener(self, local, port, backlog)
+        self.listeners[key] = lst
+        return lst
+
+    def remove_listener(self, lst: Listener) -> None:
+        key = (lst.local_ip or b"", lst.port)
+        if self.listeners.get(key) is lst:
+            del self.listeners[key]
+
+    def create_connection(self, remote: str | bytes, remote_port: int, *, local: str | bytes | None = None,
+                          local_port: int = 0) -> Connection:
+        """A CLOSED connection with its 4-tuple chosen; ``connect`` on it sends the SYN."""
+        rip = pack_ip(remote)
+        if local is None:
+            lip = next((a for a in self.addresses if len(a) == len(rip)), None)
+            if lip is None:
+                raise OSError(errno.ENETUNREACH, "no local address of this family")
+        else:
+            lip = pack_ip(local)
+            if lip not in self.addresses:
+                raise OSError(errno.EADDRNOTAVAIL, "address not on this stack")
+        if not 0 < remote_port < 65536:
+            raise OSError(errno.EINVAL, "port out of range")
+        if local_port == 0:
+            local_port = self._ephemeral_port(lip, rip, remote_port)
+        elif (lip, local_port, rip, remote_port) in self.connections:
+            raise OSError(errno.EADDRINUSE, "address already in use")
+        return Connection(self, lip, local_port, rip, remote_port)
+
+    def connect(self, conn: Connection, now: float) -> None:
+        if conn.key in self.connections:
+            raise OSError(errno.EADDRINUSE, "address already in use")
+        self.connections[conn.key] = conn
+        conn.start_active_open(now)
+
+    def _ephemeral_port(self, lip: bytes, rip: bytes, rport: int) -> int:
+        lo, hi = EPHEMERAL_PORTS
+        span = hi - lo + 1
+        for _ in range(span):
+            port = self._next_port
+            self._next_port = lo + (port - lo + 1) % span
+            if (lip, port, rip, rport) not in self.connections and (lip, port) not in self.listeners \
+                    and (b"", port) not in self.listeners:
+                return port
+        raise OSError(errno.EADDRNOTAVAIL, "no free ephemeral port")

@@ -1,0 +1,167 @@
+"""Test-only helpers around namespaces: skip logic, a namespace fixture body, hand-built TCP/IPv4.
+
+Nothing here touches the host namespace: every packet is built for 10.77.0.0/24 inside a
+namespace the test created.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from usertcp.net import netns
+
+PEER = "10.77.0.1"  # the kernel's address on the TUN
+US = "10.77.0.2"  # the address the test (or our stack) plays
+
+TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+
+
+def require_netns() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    if not os.path.exists("/dev/net/tun"):
+        pytest.skip("no /dev/net/tun")
+
+
+def namespace_fixture() -> Iterator[str]:
+    """Body for a pytest fixture: a fresh namespace, removed (and checked gone) afterwards."""
+    require_netns()
+    try:
+        name = netns.create_namespace("utcp")
+    except OSError as exc:
+        pytest.skip(f"cannot create network namespaces: {exc}")
+    try:
+        yield name
+    finally:
+        netns.remove_namespace(name)
+        assert name not in netns.list_namespaces()
+
+
+def csum_fold(total: int) -> int:
+    total = total % 0xFFFF
+    return total or 0xFFFF
+
+
+def pseudo_sum(src: bytes, dst: bytes, tcp_len: int) -> int:
+    """Folded, non-inverted IPv4 pseudo-header sum (what CHECKSUM_PARTIAL leaves in the field)."""
+    return csum_fold(int.from_bytes(src + dst + struct.pack("!BBH", 0, 6, tcp_len), "big"))
+
+
+def inet_sum(data: bytes) -> int:
+    return int.from_bytes(data, "big") << (8 * (len(data) & 1))
+
+
+def ip_checksum(header: bytes) -> int:
+    return (~csum_fold(inet_sum(header))) & 0xFFFF
+
+
+@dataclass
+class Tcp:
+    src: str
+    dst: str
+    sport: int
+    dport: int
+    seq: int
+    ack: int
+    flags: int
+    window: int
+    options: bytes
+    payload: bytes
+    checksum: int
+    total_len: int
+
+    def option(self, kind: int) -> bytes | None:
+        i, opts = 0, self.options
+        while i < len(opts):
+            k = opts[i]
+            if k == 0:
+                break
+            if k == 1:
+                i += 1
+                continue
+            length = opts[i + 1]
+            if k == kind:
+                return opts[i + 2 : i + length]
+            i += length
+        return None
+
+
+def parse(packet: bytes | bytearray | memoryview) -> Tcp | None:
+    """An IPv4/TCP packet, or None for anything else (the kernel's IPv6 chatter)."""
+    pkt = bytes(packet)
+    if len(pkt) < 40 or pkt[0] >> 4 != 4 or pkt[9] != 6:
+        return None
+    ihl = (pkt[0] & 0xF) * 4
+    total = struct.unpack_from("!H", pkt, 2)[0]
+    sport, dport, seq, ack, off, flags, window, csum = struct.unpack_from("!HHIIBBHH", pkt, ihl)
+    doff = (off >> 4) * 4
+    return Tcp(socket.inet_ntoa(pkt[12:16]), socket.inet_ntoa(pkt[16:20]), sport, dport, seq, ack,
+               flags, window, pkt[ihl + 20 : ihl + doff], pkt[ihl + doff : total], csum, total)
+
+
+def tcp_checksum_ok(packet: bytes | memoryview) -> bool:
+    pkt = bytes(packet)
+    ihl = (pkt[0] & 0xF) * 4
+    total = struct.unpack_from("!H", pkt, 2)[0]
+    seg = pkt[ihl:total]
+    return (int.from_bytes(pkt[12:20], "big") + 6 + len(seg) + inet_sum(seg)) % 0xFFFF == 0
+
+
+def build_tcp(src: str, dst: str, sport: int, dport: int, seq: int, ack: int, flags: int, *,
+              window: int = 65535, options: bytes = b"", payload: bytes = b"", partial: bool = False,
+              ip_id: int = 1) -> tuple[bytes, bytes]:
+    """(IP+TCP header, payload). ``partial`` leaves only the pseudo-header sum in the TCP checksum."""
+    assert len(options) % 4 == 0
+    s, d = socket.inet_aton(src), socket.inet_aton(dst)
+    tcp_len = 20 + len(options) + len(payload)
+    tcph = struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF,
+                       (20 + len(options)) // 4 << 4, flags, window, 0, 0) + options
+    if partial:
+        csum = pseudo_sum(s, d, tcp_len)
+    else:
+        csum = (~csum_fold(int.from_bytes(s + d, "big") + 6 + tcp_len + inet_sum(tcph + payload))) & 0xFFFF
+    tcph = tcph[:16] + struct.pack("!H", csum) + tcph[18:]
+    iph = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + tcp_len, ip_id, 0x4000, 64, 6, 0, s, d)
+    iph = iph[:10] + struct.pack("!H", ip_checksum(iph)) + iph[12:]
+    return iph + tcph, payload
+
+
+class PacketReader:
+    """Reads a device in batches and hands out TCP packets one at a time (none lost between calls)."""
+
+    def __init__(self, read: Callable[[], list[tuple[memoryview, bool]]], fd: int) -> None:
+        self.read = read
+        self.fd = fd
+        self.pending: deque[tuple[memoryview, bool]] = deque()
+
+    def next(self, pred: Callable[[Tcp, memoryview, bool], bool], timeout: float = 5.0
+             ) -> tuple[Tcp, memoryview, bool]:
+        """The next TCP packet satisfying ``pred``; packets before it that do not are dropped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while self.pending:
+                pkt, verified = self.pending.popleft()
+                seg = parse(pkt)
+                if seg is not None and pred(seg, pkt, verified):
+                    return seg, pkt, verified
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("expected packet did not arrive")
+            select.select([self.fd], [], [], left)
+            self.pending.extend(self.read())
+
+
+def wait_socket_error(sock: socket.socket, timeout: float = 5.0) -> int:
+    """Wait until a non-blocking connect finishes; return SO_ERROR."""
+    _, w, _ = select.select([], [sock], [], timeout)
+    assert w, "connect did not finish"
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
