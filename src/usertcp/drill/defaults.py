@@ -282,9 +282,14 @@ SYMBOLS: dict[str, int] = {
     "IP_HDRINCL": 3,
     "IP_OPTIONS": 4,
     "IP_RECVERR": 11,
+    "IP_MTU_DISCOVER": 10,
     "IP_MTU": 14,
     "IP_FREEBIND": 15,
     "IP_TRANSPARENT": 19,
+    "IP_PMTUDISC_DONT": 0,
+    "IP_PMTUDISC_WANT": 1,
+    "IP_PMTUDISC_DO": 2,
+    "IP_PMTUDISC_PROBE": 3,
     "IPV6_TCLASS": 67,
     "IPV6_RECVERR": 25,
     "IPV6_MTU_DISCOVER": 23,
@@ -387,7 +392,6 @@ UNSUPPORTED_SYMBOLS: dict[str, str] = {
     "TCP_REPAIR_OPTIONS": "checkpoint/restore of kernel sockets",
     "TCP_REPAIR_WINDOW": "checkpoint/restore of kernel sockets",
     "TCP_ULP": "kernel upper-layer protocols (kTLS)",
-    "SO_ATTACH_FILTER": "BPF",
     "SO_BINDTODEVICE": "no network devices in a sans-IO stack",
 }
 

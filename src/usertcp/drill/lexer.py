@@ -190,7 +190,8 @@ def tokenize(
                 continue
         tokens.append(Token("PUNCT", c, line, i, i + 1))
         i += 1
-    tokens.append(Token("EOF", "", lines.line_of(n), n, n))
+    # Report "end of script" errors on the last line that has text, not after the final newline.
+    tokens.append(Token("EOF", "", lines.line_of(len(text.rstrip()) - 1) if text.strip() else 1, n, n))
     return tokens
 
 

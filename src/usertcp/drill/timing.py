@@ -10,7 +10,9 @@ Rules (packetdrill run.c / run_system_call.c):
   the runner reaches the event, i.e. when the previous event has completed (a sniffed packet
   arrived, a syscall returned).  Exception: an inbound packet that follows an inbound packet is
   anchored on the previous packet's *expected* time, so consecutive injections do not drift by
-  the processing overhead.  Absolute times are not anchored.
+  the processing overhead.  Absolute times are not anchored.  After a *blocking* syscall
+  packetdrill moves on as soon as the call blocks, so the next event's ``now`` is the call's
+  start, not its return (``+0...0.2 accept`` then ``+.1 < S`` injects the SYN at +0.1).
 * **Blocking syscalls** ``+a...b``: the expected return time ``b`` uses the same anchor as ``a``
   (only when ``a`` is relative).
 * **Tolerance** = max(``tolerance_usecs``, ``tolerance_percent`` % of the gap between this

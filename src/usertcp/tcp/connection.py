@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import errno
 from collections import deque
+from collections.abc import Callable
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
+from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
@@ -65,6 +67,10 @@ SYNCHRONIZED = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2,
 RECEIVING = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2})
 # States in which the application may still send.
 SENDING = frozenset({State.ESTABLISHED, State.CLOSE_WAIT, State.SYN_SENT, State.SYN_RECEIVED})
+
+# Header prediction (Linux pred_flags): the 4th header word with the reserved bits, AE and
+# PSH masked out; the prediction is (header length << 28) | ACK << 16 | expected window.
+HP_MASK = 0xF0F7FFFF
 
 # Linux congestion-avoidance states for tcpi_ca_state.
 CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
@@ -176,6 +182,8 @@ class Connection:
         self.mss = 536                 # effective send MSS (payload bytes per segment)
         self.syn_options_sent: dict[str, int] = {}
         self.md5_key: bytes | None = None
+        self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys set on this socket
+        self.pred_flags = 0                    # 0: header prediction off
 
         # Socket options.
         self.nodelay = False
@@ -201,6 +209,12 @@ class Connection:
         self.data_segs_out = 0
         self.syn_data_acked = False
         self.tfo: object | None = None    # fast-open state (the preload/TFO issue)
+        # Receive claim: while set, the socket API refuses readers with EBUSY (objects issue).
+        self.collector: object | None = None
+        # Callbacks for event-driven users (asyncio, the object ring): called after new
+        # in-order data or EOF became readable, and after acknowledged data freed send space.
+        self.on_readable: Callable[[Connection], None] | None = None
+        self.on_writable: Callable[[Connection], None] | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -402,6 +416,8 @@ class Connection:
 
     def start_active_open(self, now: float) -> None:
         """RFC 9293 §3.10.1 OPEN call, active: choose an ISS and send a SYN."""
+        if self.md5_keys is not None:
+            self.md5_key = self.md5_keys.lookup(self.remote_ip)
         self.iss = self.stack.new_isn(self, now)
         self.ts_offset = self.stack.ts_offset(self)
         self.snd_una = 0
@@ -486,12 +502,14 @@ class Connection:
         data = self.rcv_buf.read(n)
         if data:
             self._after_read(now)
+            self._update_prediction()
         return data
 
     def recv_into(self, target: memoryview, now: float) -> int:
         n = self.rcv_buf.read_into(target)
         if n:
             self._after_read(now)
+            self._update_prediction()
         return n
 
     def _after_read(self, now: float) -> None:
@@ -555,7 +573,7 @@ class Connection:
 
     def abort(self, now: float) -> None:
         """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything."""
-        if self.state in SYNCHRONIZED and self.state is not State.TIME_WAIT \
+        if (self.state in SYNCHRONIZED and self.state is not State.TIME_WAIT) \
                 or self.state is State.SYN_RECEIVED:
             self.send_rst(now)
         self._close_now(now)
@@ -568,6 +586,11 @@ class Connection:
         self.ooo.clear()
         self.stack.remove(self)
         self._schedule()
+        # Wake event-driven users: a reset or a failure is news for readers and writers.
+        if self.on_readable is not None:
+            self.on_readable(self)
+        if self.on_writable is not None:
+            self.on_writable(self)
 
     def _reset_by_peer(self, now: float) -> None:
         if self.state is State.SYN_SENT:
@@ -683,6 +706,8 @@ class Connection:
         mib = self.mib
         seg_off = self._rcv_off(seg.seq)
         plen = len(seg.payload)
+        if st is State.ESTABLISHED:
+            mib["UsertcpSlowPathSegs"] += 1
 
         if st is State.TIME_WAIT and flags & SYN and not flags & (RST | ACK):
             # RFC 9293 §3.10.7.4 / RFC 6191: a new SYN may reuse a TIME_WAIT pair.
@@ -855,8 +880,8 @@ class Connection:
             sack_new = self._process_sack(seg.sack_blocks, ack_off, now)
 
         # RFC 9293 §3.10.7.4: window update when the segment is newer (Linux tcp_may_update_window).
-        if ack_off > self.snd_una or seg_off > self.snd_wl1 or (seg_off == self.snd_wl1 and win > self.snd_wnd) \
-                or (seg_off == self.snd_wl1 and ack_off == self.snd_wl2):
+        if ack_off > self.snd_una or seg_off > self.snd_wl1 \
+                or (seg_off == self.snd_wl1 and (win > self.snd_wnd or ack_off == self.snd_wl2)):
             if win != self.snd_wnd:
                 self.snd_wnd = win
                 if win > self.max_snd_wnd:
@@ -868,7 +893,7 @@ class Connection:
                 self.probes_out = 0
 
         if ack_off > self.snd_una:
-            acked = self._ack_advance(ack_off, now, seg)
+            acked = self._ack_advance(ack_off, now, seg.ts_ecr if seg.ts_val >= 0 else 0)
             self.dupacks = 0
             if self.ca_state in (CA_RECOVERY, CA_LOSS):
                 if ack_off >= self.recover:
@@ -914,7 +939,7 @@ class Connection:
     def _outstanding_segments(self) -> int:
         return max((self.snd_nxt - self.snd_una + self.mss - 1) // max(self.mss, 1), 0)
 
-    def _ack_advance(self, ack_off: int, now: float, seg: Segment | None = None) -> int:
+    def _ack_advance(self, ack_off: int, now: float, ts_ecr: int = 0) -> int:
         """SND.UNA advances to ``ack_off``: drop acknowledged data, sample RTT (RFC 6298)."""
         acked = ack_off - self.snd_una
         rtx = self.rtx
@@ -943,8 +968,8 @@ class Connection:
                     self.retrans_bytes -= cut
             r.start = ack_off
         # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
-        if seg is not None and self.ts_ok and seg.ts_ecr > 0 and seg.ts_val >= 0:
-            self._ts_rtt(seg.ts_ecr, now)
+        if ts_ecr > 0 and self.ts_ok:
+            self._ts_rtt(ts_ecr, now)
         elif rtt_sample is not None:
             self.rtt.on_sample(max(rtt_sample, 1e-6))
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
@@ -958,6 +983,8 @@ class Connection:
             self.snd_max = ack_off
         self.bytes_acked += acked
         self.delivered += acked
+        if self.on_writable is not None and data_end > 0:
+            self.on_writable(self)
         # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
         self.rtt.reset_backoff()
         self.retransmits = 0
@@ -1149,6 +1176,8 @@ class Connection:
                 self._schedule_ack(now, immediate=True)
             elif plen or immediate:
                 self._schedule_ack(now, immediate=immediate, length=plen)
+            if self.on_readable is not None and (fin or self.rcv_buf.size):
+                self.on_readable(self)
         else:
             # Out of order: queue it and send an immediate duplicate ACK (RFC 5681 §4.2).
             irs = self.irs
@@ -1287,7 +1316,7 @@ class Connection:
             size = min(avail, mss, wnd_room, cwnd_room)
             if size < mss and size < avail:
                 # Window-limited to a small segment: only if it is half the max window (SWS).
-                if size < self.max_snd_wnd // 2 or cwnd_room < mss and cwnd_room < avail:
+                if size < self.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
                     if not (cwnd_room < mss and self.snd_nxt == self.snd_una):
                         break
             if size < mss and size == avail:
@@ -1338,7 +1367,71 @@ class Connection:
         return min(self.rto_deadline, self.delack_deadline, self.probe_deadline,
                    self.keepalive_deadline, self.time_wait_deadline)
 
+    def _update_prediction(self) -> None:
+        """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
+        if (self.state is State.ESTABLISHED and self.config.header_prediction and self.ooo.empty
+                and self.ca_state == CA_OPEN and not self.sacked_bytes and not self.lost_bytes
+                and not self.reno_dupacks and not self.closed_by_app and self.rcv_adv > self.rcv_nxt
+                and self.rcvbuf_limit > len(self.rcv_buf)
+                and (self.md5_key is None or self.config.md5_fast_path)):
+            hdr_len = 20 + (12 if self.ts_ok else 0) + (20 if self.md5_key is not None else 0)
+            window = self.snd_wnd >> self.snd_wscale
+            self.pred_flags = (hdr_len >> 2) << 28 | ACK << 16 | window if window <= 0xFFFF else 0
+        else:
+            self.pred_flags = 0
+
+    def fast_ack(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
+        """Predicted pure ACK of new data: the slow path's effects for exactly this case."""
+        self.segs_in += 1
+        seg_off = self.rcv_nxt
+        if ts_val >= 0 and seg_off <= self.last_ack_sent and not (ts_val - self.ts_recent) & 0x80000000:
+            self.ts_recent = ts_val
+            self.ts_recent_time = now
+        prior_in_flight = self.in_flight
+        self.snd_wl1 = seg_off
+        self.snd_wl2 = ack_off
+        if self.snd_wnd and self.probe_deadline != INF:
+            self.probe_deadline = INF
+            self.probes_out = 0
+        acked = self._ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
+        self.dupacks = 0
+        self.cc.on_ack(acked, now, self.rtt.latest_rtt, prior_in_flight,
+                       app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss and not self.unsent_bytes)
+        if self.state is not State.CLOSED:
+            self.output(now)
+        self._schedule()
+
+    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float) -> None:
+        """Predicted in-order data with the ACK unchanged: the slow path's effects, no more."""
+        self.segs_in += 1
+        seg_off = self.rcv_nxt
+        if ts_val >= 0 and seg_off <= self.last_ack_sent and not (ts_val - self.ts_recent) & 0x80000000:
+            self.ts_recent = ts_val
+            self.ts_recent_time = now
+        if seg_off > self.snd_wl1 or (seg_off == self.snd_wl1 and self.snd_una == self.snd_wl2):
+            self.snd_wl1 = seg_off
+            self.snd_wl2 = self.snd_una
+            if self.snd_wnd and self.probe_deadline != INF:
+                self.probe_deadline = INF
+                self.probes_out = 0
+        plen = len(payload)
+        self.last_rcv_time = now
+        self.data_segs_in += 1
+        self.rcv_buf.append(payload)
+        self.rcv_nxt = seg_off + plen
+        self.bytes_received += plen
+        self._schedule_ack(now, length=plen)
+        if self.on_readable is not None:
+            self.on_readable(self)
+        # output() has work only for these conditions; otherwise it would change nothing.
+        if (self._ack_now_flag or self.lost_bytes or self.keepalive or self.probe_deadline != INF
+                or self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0)
+                or (self.snd_max > self.snd_una and self.rto_deadline == INF)):
+            self.output(now)
+        self._schedule()
+
     def _schedule(self) -> None:
+        self._update_prediction()
         d = self.next_deadline() if self.state is not State.CLOSED else INF
         if d != self.timer_deadline:
             self.timer_deadline = d
@@ -1350,7 +1443,8 @@ class Connection:
             return
         if now >= self.time_wait_deadline:
             self.time_wait_deadline = INF
-            self.mib["UsertcpTimeWaitExpired" if self.state is State.TIME_WAIT else "TcpExtTCPAbortOnTimeout"] += 1
+            expired = "UsertcpTimeWaitExpired" if self.state is State.TIME_WAIT else "TcpExtTCPAbortOnTimeout"
+            self.mib[expired] += 1
             self._close_now(now)
             return
         if now >= self.rto_deadline:
@@ -1492,7 +1586,7 @@ class Connection:
             "tcpi_data_segs_out": self.data_segs_out,
             "tcpi_bytes_acked": self.bytes_acked,
             "tcpi_bytes_received": self.bytes_received,
-            "tcpi_delivered": (self.delivered + mss - 1) // mss + (1 if self.state is not State.SYN_SENT else 0),
+            "tcpi_delivered": (self.delivered + mss - 1) // mss + (self.state is not State.SYN_SENT),
             "tcpi_notsent_bytes": self.unsent_bytes,
             "tcpi_snd_wnd": self.snd_wnd,
             "tcpi_rcv_space": self.rcvbuf_limit,

@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import errno
 import heapq
+import hmac
 import ipaddress
+import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from usertcp.tcp.config import StackConfig
-from usertcp.tcp.connection import INF, Connection, State
+from usertcp.tcp.connection import HP_MASK, INF, Connection, State
 from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
+from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.siphash import siphash24
+from usertcp.wire.checksum import mod_ffff
+from usertcp.wire.md5 import md5_digest_fixed, verify_segment_md5
 from usertcp.wire.packet import build_packet, parse_packet
 from usertcp.wire.segment import ACK, FIN, RST, SYN, Buffer, DropPacket, Segment, TxPacket
+from usertcp.wire.tcp import encode_options
 
 EPHEMERAL_PORTS = (32768, 60999)   # Linux ip_local_port_range
+
+_S_IP4TCP = struct.Struct("!BBHHHBBH4s4sHHIIHHHH")
+_S_IP6TCP = struct.Struct("!IHBB16s16sHHIIHHHH")
+_S_III = struct.Struct("!III")
+_from_bytes = int.from_bytes
+_MD5_NOPS = b"\x01\x01\x13\x12"
 
 
 def pack_ip(addr: str | bytes | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
@@ -48,6 +60,7 @@ class Listener:
         self.preload: bytes = b""         # MSG_PRELOAD (the preload/TFO issue)
         self.options: dict[str, Any] = {}  # socket options inherited by children
         self.on_accept_ready: Callable[[Listener], None] | None = None
+        self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG on the listening socket
 
     def __repr__(self) -> str:
         addr = self.stack.fmt_addr(self.local_ip) if self.local_ip else "*"
@@ -99,6 +112,8 @@ class Stack:
     def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False) -> None:
         """Take one inbound IP packet. Every malformed packet is dropped and counted."""
         self.now = now
+        if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified):
+            return
         mib = self.counters
         try:
             seg = parse_packet(packet, verify_checksum=not checksum_verified)
@@ -112,6 +127,92 @@ class Stack:
             mib["IpInAddrErrors"] += 1
             return
         self.segment_arrives(seg, now)
+
+    def _fast_receive(self, packet: Buffer, now: float, checksum_verified: bool) -> bool:
+        """Header prediction (Linux tcp_rcv_established): handle the expected segment cheaply.
+
+        One comparison of the raw 4th header word (data offset, flags, window) with the
+        connection's prediction word plus the expected sequence number picks the segment;
+        only the timestamp (and MD5) option at its canonical place is decoded. Anything
+        unusual returns False and the full slow path runs, which also counts errors.
+        """
+        mv = packet if type(packet) is memoryview else memoryview(packet)
+        n = len(mv)
+        if n < 40:
+            return False
+        first = mv[0]
+        if first == 0x45:
+            (_v, _tos, tot, _id, frag, _ttl, proto, _ipsum, src, dst, sport, dport, seq, ack, offflags,
+             window, _csum, _urg) = _S_IP4TCP.unpack_from(mv, 0)
+            if proto != 6 or frag & 0x3FFF or tot > n:
+                return False
+            ip_len = 20
+        elif first >> 4 == 6 and n >= 60:
+            (_vtc, plen6, nh, _hlim, src, dst, sport, dport, seq, ack, offflags, window, _csum,
+             _urg) = _S_IP6TCP.unpack_from(mv, 0)
+            tot = 40 + plen6
+            if nh != 6 or tot > n:
+                return False
+            ip_len = 40
+        else:
+            return False
+        conn = self.connections.get((dst, dport, src, sport))
+        if conn is None:
+            return False
+        pred = conn.pred_flags
+        if not pred or (((offflags << 16) | window) & HP_MASK) != pred:
+            return False
+        if seq != (conn.irs + conn.rcv_nxt) & 0xFFFFFFFF:
+            return False
+        doff = (offflags >> 12) << 2
+        tlen = tot - ip_len
+        if doff > tlen:
+            return False
+        if ip_len == 20 and _from_bytes(mv[:20], "big") % 0xFFFF:
+            return False
+        if not checksum_verified:
+            v = _from_bytes(mv[ip_len:tot], "big")
+            if tlen & 1:
+                v <<= 8
+            if mod_ffff(v + _from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen):
+                return False
+        opt = ip_len + 20
+        key = conn.md5_key
+        if key is not None:
+            if mv[opt:opt + 4] != _MD5_NOPS:
+                return False
+            digest = mv[opt + 4:opt + 20]
+            opt += 20
+        ts_val = -1
+        ts_ecr = 0
+        if conn.ts_ok:
+            if opt + 12 > tot:
+                return False
+            word, ts_val, ts_ecr = _S_III.unpack_from(mv, opt)
+            if word != 0x0101080A:           # NOP, NOP, TS kind 8, length 10
+                return False
+            # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
+            if (ts_val - conn.ts_recent) & 0x80000000:
+                return False
+        payload = mv[ip_len + doff:tot]
+        if key is not None and not hmac.compare_digest(
+                md5_digest_fixed(key, src, dst, mv[ip_len:ip_len + 20], tlen, (payload,)), digest):
+            return False
+        una = (conn.iss + conn.snd_una) & 0xFFFFFFFF
+        if not payload:
+            adv = (ack - una) & 0xFFFFFFFF
+            if adv == 0 or adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
+                return False
+            self.counters["TcpInSegs"] += 1
+            self.counters["TcpExtTCPHPAcks"] += 1
+            conn.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
+            return True
+        if ack != una or len(payload) > conn.rcv_adv - conn.rcv_nxt:
+            return False
+        self.counters["TcpInSegs"] += 1
+        self.counters["TcpExtTCPHPHits"] += 1
+        conn.fast_data(payload, ts_val, ts_ecr, now)
+        return True
 
     def datagrams_to_send(self) -> list[TxPacket]:
         out = self._out
@@ -265,9 +366,27 @@ class Stack:
 
     # ------------------------------------------------------------ demultiplex
 
+    def _md5_ok(self, seg: Segment, key: bytes | None) -> bool:
+        """RFC 2385 §2.0 / Linux tcp_inbound_md5_hash: drop unsigned, unexpected or bad signatures."""
+        if key is None:
+            if seg.md5 is None:
+                return True
+            self.counters["TcpExtTCPMD5Unexpected"] += 1
+            return False
+        if seg.md5 is None:
+            self.counters["TcpExtTCPMD5NotFound"] += 1
+            return False
+        if not verify_segment_md5(seg, key):
+            self.counters["TcpExtTCPMD5Failure"] += 1
+            return False
+        return True
+
     def segment_arrives(self, seg: Segment, now: float) -> None:
         key = (seg.dst, seg.dport, seg.src, seg.sport)
         conn = self.connections.get(key)
+        if conn is not None and (conn.md5_key is not None or seg.md5 is not None) \
+                and not self._md5_ok(seg, conn.md5_key):
+            return
         if conn is not None:
             if self.hooks is not None and not self.hooks.accept_segment(conn, seg, now):
                 return
@@ -275,6 +394,9 @@ class Stack:
             return
         listener = self._find_listener(seg.dst, seg.dport)
         if listener is not None and not listener.closed:
+            lkey = listener.md5_keys.lookup(seg.src) if listener.md5_keys is not None else None
+            if (lkey is not None or seg.md5 is not None) and not self._md5_ok(seg, lkey):
+                return
             if self.hooks is not None and not self.hooks.accept_listener_segment(listener, seg, now):
                 return
             flags = seg.flags
@@ -284,7 +406,7 @@ class Stack:
                 # RFC 9293 §3.10.7.2: an ACK to a listener gets a reset (or is a SYN cookie).
                 if self.hooks is not None and self.hooks.syncookie_ack(listener, seg, now):
                     return
-                self.send_reset_for(seg, now)
+                self.send_reset_for(seg, now, lkey)
                 return
             if flags & SYN:
                 self._listen_syn(listener, seg, now)
@@ -315,6 +437,9 @@ class Stack:
         conn = Connection(self, seg.dst, seg.dport, seg.src, seg.sport)
         for name, value in listener.options.items():
             setattr(conn, name, value)
+        if listener.md5_keys is not None:
+            conn.md5_keys = listener.md5_keys
+            conn.md5_key = listener.md5_keys.lookup(seg.src)
         self.connections[conn.key] = conn
         listener.embryonic.add(conn)
         conn.start_passive_open(seg, listener, now)
@@ -322,6 +447,10 @@ class Stack:
     def send_reset_for(self, seg: Segment, now: float, md5_key: bytes | None = None) -> None:
         """RFC 9293 §3.10.7.1: the reset sent for a segment that belongs to no connection."""
         if seg.flags & RST:
+            return
+        if seg.md5 is not None and md5_key is None:
+            # RFC 2385: never answer a signed segment with an unsigned reset (Linux does the same).
+            self.counters["UsertcpMd5ResetSuppressed"] += 1
             return
         if self.hooks is not None and not self.hooks.may_send_reset(seg):
             return
@@ -331,7 +460,8 @@ class Stack:
             seg_len = len(seg.payload) + (1 if seg.flags & SYN else 0) + (1 if seg.flags & FIN else 0)
             seq, ack, flags = 0, (seg.seq + seg_len) & 0xFFFFFFFF, RST | ACK
         pkt = build_packet(src=seg.dst, dst=seg.src, sport=seg.dport, dport=seg.sport, seq=seq, ack=ack,
-                           flags=flags, window=0, ttl=self.config.ttl)
+                           flags=flags, window=0, ttl=self.config.ttl,
+                           options=encode_options(md5=True) if md5_key is not None else b"", md5_key=md5_key)
         self.counters["TcpOutRsts"] += 1
         self.counters["TcpOutSegs"] += 1
         self.output(pkt)

@@ -1,0 +1,179 @@
+"""Record what one stack receives in a two-stack run, and replay it into fresh stacks.
+
+Used by the header-prediction differential test and the ``fastpath`` benchmark: a
+stack is deterministic given its configuration (secrets included), its inputs and
+their times, so replaying the same inbound trace into a stack with the fast path
+on and one with it off must give byte-identical output if the fast path only
+changes cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from time import perf_counter
+from dataclasses import dataclass, field
+
+from usertcp.net.driver import VirtualTimeDriver
+from usertcp.net.memnet import LinkConfig, Network
+from usertcp.tcp.config import StackConfig
+from usertcp.tcp.connection import Connection
+from usertcp.tcp.md5sig import Md5Keys
+from usertcp.tcp.stack import Stack
+
+CLIENT = "10.9.0.1"
+SERVER = "10.9.0.2"
+PORT = 7000
+
+
+@dataclass
+class Event:
+    """One input to the stack under test: a packet, or an application call."""
+
+    time: float
+    kind: str                  # "pkt" | "read" | "send"
+    data: bytes = b""
+
+
+@dataclass
+class Trace:
+    events: list[Event]
+    config: StackConfig
+    md5_key: bytes | None = None
+    listen: bool = True        # the stack under test is the server (passive open)
+    meta: dict[str, float] = field(default_factory=dict)
+
+
+def fixed_config(**changes: object) -> StackConfig:
+    """A configuration with fixed secrets, so two stacks built from it behave identically."""
+    cfg = StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16)
+    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+
+
+def record(*, size: int = 2_000_000, upload: int = 0, loss: float = 0.0, seed: int = 1,
+           md5_key: bytes | None = None, config: StackConfig | None = None,
+           read_every: float = 0.0) -> Trace:
+    """Run a client->server transfer (and ``upload`` bytes server->client) and record the server side.
+
+    The server is the stack under test: every packet delivered to it and every
+    application call made on it is recorded with its virtual time.
+    """
+    cfg = config or fixed_config()
+    net = Network(seed=seed)
+    client_stack = Stack([CLIENT], fixed_config(header_prediction=cfg.header_prediction), name="client")
+    server_stack = Stack([SERVER], cfg, name="server")
+    hc = net.add_host(client_stack, [CLIENT])
+    hs = net.add_host(server_stack, [SERVER])
+    link = net.connect(hc, hs, LinkConfig(delay=0.002, bandwidth_bps=500e6, loss=loss))
+    drv = VirtualTimeDriver(net)
+    events: list[Event] = []
+
+    def tap(data: bytes, now: float, _d: object) -> None:
+        events.append(Event(now, "pkt", bytes(data)))
+
+    net.add_tap(tap, link=link.direction(hc), where="deliver")
+    lst = server_stack.listen(PORT)
+    if md5_key is not None:
+        lst.md5_keys = Md5Keys()
+        lst.md5_keys.add(CLIENT, md5_key)
+    client = client_stack.create_connection(SERVER, PORT)
+    if md5_key is not None:
+        client.md5_keys = Md5Keys()
+        client.md5_keys.add(SERVER, md5_key)
+    client_stack.connect(client, 0.0)
+    drv.kick()
+    drv.run_until(lambda: bool(lst.accept_queue), 10)
+    server = lst.accept()
+    assert server is not None, "handshake failed while recording"
+    rng = random.Random(seed)
+    payload = rng.randbytes(size)
+    up = rng.randbytes(upload)
+    sent = up_sent = 0
+    got = 0
+    while got < size or up_sent < len(up):
+        while sent < size and client.send_space:
+            sent += client.send(payload[sent:sent + 65536], drv.now())
+        if up_sent < len(up) and server.send_space:
+            chunk = up[up_sent:up_sent + 65536][: server.send_space]
+            events.append(Event(drv.now(), "send", chunk))
+            up_sent += server.send(chunk, drv.now())
+        if server.readable_bytes:
+            events.append(Event(drv.now(), "read"))
+            got += len(server.recv(1 << 22, drv.now()))
+        client.recv(1 << 22, drv.now())
+        drv.kick()
+        if not drv.run_until(lambda: server.readable_bytes > 0 or client.readable_bytes > 0
+                             or (client.send_space > 0 and sent < size)
+                             or (up_sent < len(up) and server.send_space > 0), 30):
+            break
+        if read_every:
+            drv.run_for(read_every)
+    drv.run_for(1.0)
+    return Trace(events, cfg, md5_key, True, {"virtual_s": drv.now(), "bytes": float(size)})
+
+
+@dataclass
+class Replay:
+    stack: Stack
+    conn: Connection | None
+    outputs: list[tuple[float, bytes]]
+    delivered: bytearray
+    receive_seconds: float = 0.0     # time spent inside Stack.receive (with what it sent)
+    packets: int = 0
+
+
+def replay(trace: Trace, *, header_prediction: bool, md5_fast_path: bool = True,
+           events: list[Event] | None = None, keep_output: bool = True) -> Replay:
+    """Feed the trace's events into a fresh server stack, running its timers in between."""
+    cfg = dataclasses.replace(trace.config, header_prediction=header_prediction, md5_fast_path=md5_fast_path)
+    stack = Stack([SERVER], cfg, name="replay")
+    lst = stack.listen(PORT)
+    if trace.md5_key is not None:
+        lst.md5_keys = Md5Keys()
+        lst.md5_keys.add(CLIENT, trace.md5_key)
+    outputs: list[tuple[float, bytes]] = []
+    delivered = bytearray()
+    conn: Connection | None = None
+    receive_seconds = 0.0
+    packets = 0
+    for ev in events if events is not None else trace.events:
+        t = ev.time
+        deadline = stack.get_timer()
+        while deadline is not None and deadline <= t:
+            stack.handle_timer(deadline)
+            for p in stack.datagrams_to_send():
+                if keep_output:
+                    outputs.append((deadline, p.tobytes()))
+            deadline = stack.get_timer()
+        if conn is None and lst.accept_queue:
+            conn = lst.accept()
+        if ev.kind == "pkt":
+            t0 = perf_counter()
+            stack.receive(ev.data, t)
+            receive_seconds += perf_counter() - t0
+            packets += 1
+        elif conn is not None and ev.kind == "read":
+            delivered += conn.recv(1 << 22, t)
+        elif conn is not None and ev.kind == "send":
+            try:
+                conn.send(ev.data, t)
+            except OSError:
+                pass
+        for p in stack.datagrams_to_send():
+            if keep_output:
+                outputs.append((t, p.tobytes()))
+        if conn is None and lst.accept_queue:
+            conn = lst.accept()
+    if conn is not None:
+        delivered += conn.recv(1 << 30, stack.now)
+    return Replay(stack, conn, outputs, delivered, receive_seconds, packets)
+
+
+def connection_state(conn: Connection | None) -> tuple[object, ...]:
+    """The observable TCB fields the fast path must leave exactly as the slow path would."""
+    if conn is None:
+        return ()
+    return (conn.state, conn.snd_una, conn.snd_nxt, conn.snd_max, conn.snd_wnd, conn.snd_wl1, conn.snd_wl2,
+            conn.rcv_nxt, conn.rcv_adv, conn.ts_recent, conn.cc.cwnd, conn.cc.ssthresh, conn.rtt.srtt,
+            conn.rtt.rttvar, conn.ca_state, conn.dupacks, conn.bytes_received, conn.bytes_acked,
+            len(conn.rcv_buf), len(conn.snd_buf), conn.error)

@@ -1,0 +1,12 @@
+"""The public socket API, shaped like Python's :mod:`socket`::
+
+    from usertcp import socket as usocket
+    s = usocket.socket(usocket.AF_INET, usocket.SOCK_STREAM, host=h)
+
+See :mod:`usertcp.api.sockets` for the semantics (blocking model, deviations).
+"""
+
+from __future__ import annotations
+
+from usertcp.api.sockets import *  # noqa: F403 - this module *is* the re-export
+from usertcp.api.sockets import __all__ as __all__

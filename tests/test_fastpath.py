@@ -1,0 +1,149 @@
+"""Header prediction: the fast path changes cost, never behaviour (differential tests)."""
+
+from __future__ import annotations
+
+import functools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from usertcp.bench.replay import Event, Trace, connection_state, fixed_config, record, replay
+from usertcp.wire.packet import build_packet, parse_packet
+
+
+@functools.cache
+def plain_trace() -> Trace:
+    return record(size=300_000, upload=200_000, seed=3)
+
+
+@functools.cache
+def lossy_trace() -> Trace:
+    return record(size=300_000, upload=100_000, loss=0.03, seed=4)
+
+
+@functools.cache
+def md5_trace() -> Trace:
+    return record(size=200_000, upload=100_000, seed=5, md5_key=b"bgp-secret")
+
+
+def assert_same(trace: Trace, events: list[Event] | None = None, *, require_hits: bool = False) -> None:
+    fast = replay(trace, header_prediction=True, events=events)
+    slow = replay(trace, header_prediction=False, events=events)
+    if require_hits:
+        assert fast.stack.counters["TcpExtTCPHPHits"] > 0
+        assert fast.stack.counters["TcpExtTCPHPAcks"] > 0
+    assert slow.stack.counters["TcpExtTCPHPHits"] == 0
+    assert len(fast.outputs) == len(slow.outputs)
+    for i, (a, b) in enumerate(zip(fast.outputs, slow.outputs, strict=True)):
+        assert a == b, f"output {i} differs: fast {parse_packet(a[1]).__class__} at {a[0]} vs {b[0]}"
+    assert fast.delivered == slow.delivered
+    assert connection_state(fast.conn) == connection_state(slow.conn)
+
+
+def test_fast_path_is_used_and_identical_plain() -> None:
+    trace = plain_trace()
+    assert_same(trace, require_hits=True)
+    fast = replay(trace, header_prediction=True)
+    # Most established segments of a clean bulk transfer are predictable.
+    c = fast.stack.counters
+    assert c.fast_path_ratio() > 0.8, c.snapshot()
+
+
+def test_fast_path_identical_under_loss() -> None:
+    assert_same(lossy_trace(), require_hits=True)
+
+
+def test_fast_path_identical_md5() -> None:
+    trace = md5_trace()
+    assert_same(trace, require_hits=True)
+    fast = replay(trace, header_prediction=True)
+    assert fast.conn is not None and fast.conn.md5_key == b"bgp-secret"
+    assert fast.stack.counters["TcpExtTCPMD5Failure"] == 0
+
+
+def test_md5_fast_path_setting_off_takes_slow_path() -> None:
+    trace = md5_trace()
+    off = replay(trace, header_prediction=True, md5_fast_path=False)
+    assert off.stack.counters["TcpExtTCPHPHits"] == 0
+    on = replay(trace, header_prediction=True, md5_fast_path=True)
+    assert on.outputs == off.outputs
+
+
+def _mutate(ev: Event, how: int, value: int) -> list[Event]:
+    """Adversarial variants of one inbound packet (rebuilt with a valid checksum)."""
+    if ev.kind != "pkt":
+        return [ev]
+    if how == 0:
+        return []                                      # lost
+    if how == 1:
+        return [ev, Event(ev.time, ev.kind, ev.data)]  # duplicated
+    seg = parse_packet(ev.data)
+    fields = dict(src=seg.src, dst=seg.dst, sport=seg.sport, dport=seg.dport, seq=seg.seq, ack=seg.ack,
+                  flags=seg.flags, window=seg.window, urg_ptr=seg.urg_ptr, options=bytes(seg.raw_options),
+                  payload=[bytes(seg.payload)])
+    opts = bytearray(fields["options"])  # type: ignore[arg-type]
+    if how == 2:
+        fields["window"] = value & 0xFFFF              # a window change
+    elif how == 3:
+        fields["seq"] = (seg.seq + value) & 0xFFFFFFFF  # a sequence gap / old data
+    elif how == 4:
+        fields["ack"] = (seg.ack - value) & 0xFFFFFFFF  # old or duplicate ACK
+    elif how == 5 and len(opts) >= 12 and opts[2] == 8:
+        opts[4:8] = ((int.from_bytes(opts[4:8], "big") - value) & 0xFFFFFFFF).to_bytes(4, "big")  # PAWS
+        fields["options"] = bytes(opts)
+    elif how == 6:
+        fields["flags"] = seg.flags | 0x20             # urgent
+        fields["urg_ptr"] = value & 0xFFFF
+    elif how == 7:
+        fields["flags"] = seg.flags | 0x08             # PSH is ignored by the prediction
+    if seg.md5 is not None:
+        return [ev]                                    # re-signing needs the key: keep as is
+    return [Event(ev.time, "pkt", build_packet(**fields).tobytes())]  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=10_000), st.integers(0, 7),
+                          st.integers(min_value=0, max_value=70_000)), min_size=1, max_size=25))
+def test_differential_adversarial(mutations: list[tuple[int, int, int]]) -> None:
+    trace = plain_trace()
+    events = list(trace.events)
+    for index, how, value in mutations:
+        i = index % len(events)
+        events[i:i + 1] = _mutate(events[i], how, value)
+    assert_same(trace, events)
+
+
+def test_prediction_off_while_out_of_order_data_is_queued() -> None:
+    trace = lossy_trace()
+    fast = replay(trace, header_prediction=True)
+    assert fast.stack.counters["TcpExtTCPOFOQueue"] > 0
+    assert fast.stack.counters["UsertcpSlowPathSegs"] > 0
+
+
+def test_md5_crossed_syn_prediction_header_length() -> None:
+    """Simultaneous open of a signed connection: the prediction covers TS + MD5 (52-byte header)."""
+    from pair import make_pair
+
+    from usertcp.tcp.md5sig import Md5Keys
+    from usertcp.tcp.connection import State
+    cfg = fixed_config()
+    pair = make_pair(seed=9, cfg_a=cfg, cfg_b=fixed_config())
+    keys_a, keys_b = Md5Keys(), Md5Keys()
+    keys_a.add("10.0.0.2", b"k")
+    keys_b.add("10.0.0.1", b"k")
+    ca = pair.a.create_connection("10.0.0.2", 179, local_port=179)
+    cb = pair.b.create_connection("10.0.0.1", 179, local_port=179)
+    ca.md5_keys, cb.md5_keys = keys_a, keys_b
+    pair.a.connect(ca, 0.0)
+    pair.b.connect(cb, 0.0)
+    pair.driver.kick()
+    assert pair.driver.run_until(lambda: ca.state is State.ESTABLISHED and cb.state is State.ESTABLISHED, 10)
+    assert ca.passive is False and cb.passive is False
+    data = bytes(range(256)) * 400
+    ca.send(data, pair.now)
+    pair.driver.kick()
+    pair.driver.run_for(2.0)
+    assert cb.recv(1 << 20, pair.now) == data
+    assert cb.pred_flags >> 28 == (20 + 12 + 20) // 4
+    assert pair.b.counters["TcpExtTCPHPHits"] > 0
+    assert pair.b.counters["TcpExtTCPMD5Failure"] == 0
