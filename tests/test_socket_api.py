@@ -154,7 +154,7 @@ def test_nonblocking_select_transfer_with_loss() -> None:
 
 
 def test_timeouts_are_virtual_seconds(w: World) -> None:
-    srv, c, s = connected_pair(w)
+    srv, _, s = connected_pair(w)
     t0 = w.drv.now()
     s.settimeout(2.5)
     assert s.gettimeout() == 2.5 and s.getblocking()
@@ -260,7 +260,7 @@ def test_eaddrinuse_and_reuseaddr(w: World) -> None:
     assert ei.value.errno == errno.EADDRINUSE
     c = w.a.socket()
     c.connect(("10.0.0.2", 8080))
-    child, _ = a.accept()
+    _child, _ = a.accept()
     a.close()
     # The accepted connection still holds the port: a plain rebind fails, SO_REUSEADDR works.
     with pytest.raises(OSError, match="in use"):
@@ -276,7 +276,7 @@ def test_eaddrinuse_and_reuseaddr(w: World) -> None:
 
 
 def test_state_errors(w: World) -> None:
-    srv, c, s = connected_pair(w)
+    _, c, s = connected_pair(w)
     with pytest.raises(OSError) as ei:
         c.listen()
     assert ei.value.errno == errno.EINVAL
@@ -346,7 +346,7 @@ def test_bad_arguments(w: World) -> None:
 
 
 def test_msg_preload_needs_a_listener(w: World) -> None:
-    srv, c, s = connected_pair(w)
+    srv, c, _ = connected_pair(w)
     before = (c.connection.send_queue_bytes, w.a.stack.counters["TcpOutSegs"])  # type: ignore[union-attr]
     with pytest.raises(OSError) as ei:
         c.send(b"preloaded", us.MSG_PRELOAD)

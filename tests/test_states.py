@@ -124,8 +124,6 @@ def test_simultaneous_open_completed_by_ack() -> None:
     peer.expect_nothing()
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: SYN-RECEIVED (simultaneous open) challenges "
-                                         "the peer's SYN-ACK instead of entering ESTABLISHED")
 def test_simultaneous_open_completed_by_peer_synack() -> None:
     # RFC 9293 Figure 8 line 6: the peer's own SYN,ACK (SEQ=its ISS, ACK=our ISS+1) moves
     # SYN-RECEIVED to ESTABLISHED. Linux does the same (tcp_validate_incoming lets this
@@ -254,8 +252,6 @@ def test_synsent_close_deletes_tcb() -> None:
     peer.expect("R", 1)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: close() in SYN-RECEIVED with nothing "
-                                         "queued neither sends a FIN nor enters FIN-WAIT-1")
 def test_synrcvd_close_sends_fin_enters_finwait1() -> None:
     # RFC 9293 §3.10.4 SYN-RECEIVED: "If no SENDs have been issued and there is no pending
     # data to send, then form a FIN segment and send it, and enter FIN-WAIT-1 state".
@@ -307,8 +303,6 @@ def test_timewait_acks_retransmitted_fin() -> None:
     assert conn.state is State.TIME_WAIT
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: a retransmitted FIN in TIME-WAIT is "
-                                         "ACKed but does not restart the 2*MSL timer")
 def test_timewait_retransmitted_fin_restarts_2msl() -> None:
     # RFC 9293 §3.10.7.4 eighth, TIME-WAIT: "Restart the 2 MSL time-wait timeout."
     # Linux tcp_timewait_state_process reschedules TCP_TIMEWAIT_LEN for it as well.
@@ -591,8 +585,6 @@ def test_unknown_port_rst_not_answered() -> None:
 
 # --------------------------------------------------------------------------- receive window
 
-@pytest.mark.xfail(strict=True, reason="core bug: recv() sends a window update ACK "
-                                         "identical to the previous ACK (window clamped at 65535)")
 def test_small_read_sends_no_duplicate_window_update() -> None:
     # The window is unscaled (the peer offered no window scale), so it is already the
     # 65535 maximum and its right edge cannot move until more data arrives: a read must not

@@ -33,11 +33,11 @@ import os
 import socket as _pysocket
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from enum import IntEnum
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import usertcp
-from usertcp.net.endpoint import Driver
 from usertcp.tcp.congestion import create_congestion_control
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.stack import EPHEMERAL_PORTS, Listener, Stack
@@ -48,10 +48,10 @@ __all__ = [
     "SHUT_WR", "SOCK_CLOEXEC", "SOCK_DGRAM", "SOCK_NONBLOCK", "SOCK_RAW", "SOCK_STREAM", "SOL_SOCKET",
     "SO_ACCEPTCONN", "SO_ERROR", "SO_KEEPALIVE", "SO_LINGER", "SO_RCVBUF", "SO_REUSEADDR", "SO_SNDBUF",
     "SO_TYPE", "TCP_CONGESTION", "TCP_CORK", "TCP_INFO", "TCP_KEEPCNT", "TCP_KEEPIDLE", "TCP_KEEPINTVL",
-    "TCP_MAXSEG", "TCP_NODELAY", "TCP_USER_TIMEOUT", "AddressFamily", "Host", "Socket", "SocketKind",
-    "SocketType", "create_connection", "create_server", "error", "gaierror", "get_default_host",
-    "getdefaulttimeout", "has_ipv6", "select", "set_default_host", "setdefaulttimeout", "socket",
-    "timeout", "use_host",
+    "TCP_MAXSEG", "TCP_NODELAY", "TCP_USER_TIMEOUT", "AddressFamily", "Host", "Socket", "SocketDriver",
+    "SocketKind", "SocketType", "create_connection", "create_server", "error", "gaierror",
+    "get_default_host", "getdefaulttimeout", "has_ipv6", "select", "set_default_host", "setdefaulttimeout",
+    "socket", "timeout", "use_host",
 ]
 
 
@@ -156,6 +156,23 @@ def _take_error(conn: Connection) -> int:
 # ----------------------------------------------------------------------------- hosts
 
 
+class SocketDriver(Protocol):
+    """:class:`usertcp.net.endpoint.Driver` with ``lock`` read-only.
+
+    A read-only member is covariant, so RealTimeDriver (whose lock is an RLock) fits;
+    with the plain attribute of ``Driver`` mypy rejects it.
+    """
+
+    @property
+    def lock(self) -> AbstractContextManager[object]: ...
+
+    def now(self) -> float: ...
+
+    def kick(self) -> None: ...
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool: ...
+
+
 class Host:
     """A stack plus the driver that runs it: the factory for sockets of that stack.
 
@@ -163,7 +180,7 @@ class Host:
     doesn't know about, so ``bind()`` can report EADDRINUSE like Linux.
     """
 
-    def __init__(self, stack: Stack, driver: Driver, *, name: str | None = None) -> None:
+    def __init__(self, stack: Stack, driver: SocketDriver, *, name: str | None = None) -> None:
         self.stack = stack
         self.driver = driver
         self.name = name or stack.name or "host"

@@ -11,9 +11,12 @@ thread runs it).
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
+import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -33,7 +36,8 @@ _CHUNK = 65536
 @dataclass
 class DemoResult:
     ok: bool
-    connections: int
+    connections: int           # TcpActiveOpens of the client
+    passive_opens: int         # TcpPassiveOpens of the server (the same connections)
     bytes_client_to_server: int
     bytes_server_to_client: int
     retransmissions: int
@@ -80,7 +84,8 @@ def run(*, size: int = 2_000_000, loss: float = 0.01, seed: int = 1, realtime: b
     mib_c, mib_s = cs.counters, ss.counters
     return DemoResult(
         ok=result["digest"] == digest_sent and result["server_bytes"] == size,
-        connections=mib_c["TcpActiveOpens"] + mib_s["TcpPassiveOpens"],
+        connections=mib_c["TcpActiveOpens"],
+        passive_opens=mib_s["TcpPassiveOpens"],
         bytes_client_to_server=result["server_bytes"],
         bytes_server_to_client=result["client_bytes"],
         retransmissions=mib_c["TcpRetransSegs"] + mib_s["TcpRetransSegs"],
@@ -97,37 +102,32 @@ def run(*, size: int = 2_000_000, loss: float = 0.01, seed: int = 1, realtime: b
 
 
 def _transfer(client: us.Host, server: us.Host, data: bytes, timeout: float) -> dict[str, Any]:
-    srv = us.create_server((SERVER_IP, PORT), host=server)
-    srv.setblocking(False)
+    listening: us.Socket | None = us.create_server((SERVER_IP, PORT), host=server)
+    assert listening is not None
+    listening.setblocking(False)
     cli = client.socket()
     cli.setblocking(False)
     err = cli.connect_ex((SERVER_IP, PORT))
-    if err not in (0, us.errno.EINPROGRESS):
-        raise OSError(err, "connect failed")
+    if err not in (0, errno.EINPROGRESS):
+        raise OSError(err, f"connect failed: {os.strerror(err)}")
     conn: us.Socket | None = None
     hasher = hashlib.sha256()
-    server_bytes = 0
+    server_bytes = sent = srtt_us = 0
     reply = bytearray()
-    sent = 0
     write_closed = False
-    client_done = False
-    srtt_us = 0
-    while not client_done:
-        rlist = [srv if conn is None else conn, cli]
-        wlist = [cli] if not write_closed else []
-        readable, writable, _ = us.select(rlist, wlist, [], timeout)
+    while True:
+        rlist = [s for s in (cli, listening, conn) if s is not None]
+        readable, writable, _ = us.select(rlist, [] if write_closed else [cli], [], timeout)
         if not readable and not writable:
             raise TimeoutError(f"demo stalled: {sent}/{len(data)} bytes sent, {server_bytes} received")
-        if srv in readable:
-            conn, _ = srv.accept()
+        if listening is not None and listening in readable:
+            conn, _ = listening.accept()
             conn.setblocking(False)
-            srv.close()
+            listening.close()      # one connection is all the demo serves
+            listening = None
         if cli in writable:
             if sent < len(data):
-                try:
-                    sent += cli.send(memoryview(data)[sent:sent + _CHUNK])
-                except BlockingIOError:
-                    pass          # still connecting
+                sent += cli.send(memoryview(data)[sent:sent + _CHUNK])
             if sent == len(data):
                 cli.shutdown(us.SHUT_WR)
                 write_closed = True
@@ -136,23 +136,89 @@ def _transfer(client: us.Host, server: us.Host, data: bytes, timeout: float) -> 
             if chunk:
                 hasher.update(chunk)
                 server_bytes += len(chunk)
-            else:     # EOF: answer with the digest and close
+            else:                  # EOF: answer with the digest and close
                 conn.sendall(hasher.hexdigest().encode())
                 conn.close()
-                conn = srv     # keep select's list non-empty; srv is closed, drop it below
                 conn = None
-                srv_done = True
-                del srv_done
         if cli in readable:
             chunk = cli.recv(4096)
             if chunk:
                 reply += chunk
             elif write_closed:
                 srtt_us = int(cli.tcp_info().get("tcpi_rtt", 0))
-                client_done = True
-        # Once the server has answered, only the client is left to watch.
-        if conn is None and srv.listener is None and not client_done:
-            pass
+                break
     cli.close()
     return {"digest": reply.decode(errors="replace"), "server_bytes": server_bytes,
             "client_bytes": len(reply), "srtt_us": srtt_us}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bytes", type=_size, default=2_000_000, metavar="N",
+                        help="bytes the client sends (default 2000000; k/M suffixes allowed)")
+    parser.add_argument("--loss", type=float, default=0.01, metavar="P",
+                        help="packet loss probability on each link direction (default 0.01)")
+    parser.add_argument("--seed", type=int, default=1, metavar="S",
+                        help="seed of the network's impairments and of the data (default 1)")
+    parser.add_argument("--pcap", metavar="FILE", help="write a capture of the link to FILE")
+    parser.add_argument("--realtime", action="store_true",
+                        help="run on the real clock (RealTimeDriver) instead of virtual time")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def _size(text: str) -> int:
+    mult = {"k": 1000, "K": 1000, "m": 1000_000, "M": 1000_000}.get(text[-1:], 1)
+    try:
+        n = int(float(text[:-1] if mult != 1 else text) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("size must be >= 0")
+    return n
+
+
+def cli(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.loss < 1.0:
+        print("usertcp demo: --loss must be in [0, 1)", file=sys.stderr)
+        return 2
+    try:
+        res = run(size=args.bytes, loss=args.loss, seed=args.seed, realtime=args.realtime, pcap=args.pcap)
+    except OSError as e:
+        print(f"usertcp demo: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(asdict(res)))
+    else:
+        print_summary(res)
+    return 0 if res.ok else 1
+
+
+def print_summary(res: DemoResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    clock = "real" if res.realtime else "virtual"
+    table = Table(title=f"usertcp demo: {CLIENT_IP} -> {SERVER_IP}:{PORT}, loss {res.loss:.1%}",
+                  show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("connections", f"{res.connections} (server accepted {res.passive_opens})")
+    table.add_row("client -> server", f"{res.bytes_client_to_server:,} bytes")
+    table.add_row("server -> client", f"{res.bytes_server_to_client:,} bytes (the digest)")
+    table.add_row("retransmissions", f"{res.retransmissions} (TcpRetransSegs)")
+    table.add_row("packets on the link", f"{res.packets:,}")
+    table.add_row("RTT (srtt)", f"{res.srtt_ms:.2f} ms")
+    table.add_row(f"duration ({clock})", f"{res.duration_s:.3f} s")
+    table.add_row("wall time", f"{res.wall_s:.3f} s")
+    table.add_row("sha256 sent", res.sha256_sent[:32] + "...")
+    table.add_row("sha256 at server", res.sha256_received[:32] + "...")
+    if res.pcap:
+        table.add_row("pcap", res.pcap)
+    console.print(table)
+    if res.ok:
+        console.print("[green]OK: checksums match[/green]")
+    else:
+        console.print("[red]FAILED: checksums differ[/red]")

@@ -345,7 +345,8 @@ class Store:
         conn.collector = st        # the receive claim: every other reader gets EBUSY
 
         def on_readable(c: Connection, st: _Stream = st) -> None:
-            self._callback(lambda: self._pump_rx(st, in_cb=True))
+            if self._streams.get(st.sid) is st:       # not a stale hook of a detached stream
+                self._callback(lambda: self._pump_rx(st, in_cb=True))
             if st.prev_readable is not None:
                 st.prev_readable(c)
 
@@ -592,7 +593,7 @@ class Store:
         with self.lock:
             try:
                 fn()
-            except Exception:     # noqa: BLE001 - a bug here must not take the stack down
+            except Exception:     # a bug here must not take the stack down
                 self.stats["callback_errors"] += 1
 
     def close(self) -> None:

@@ -411,6 +411,10 @@ class Connection:
             self.rto_deadline = now + self.rtt.timeout
         if payload and not self.rtx:
             self.rtx.append(SentSegment(1, end, False, now))
+        elif payload and self.rtx[0].start == 1:
+            # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
+            self.rtx[0].tx_count += 1
+            self.rtx[0].tx_time = now
 
     # ------------------------------------------------------------------ opening
 
@@ -430,7 +434,6 @@ class Connection:
 
     def start_passive_open(self, seg: Segment, listener: Listener, now: float) -> None:
         """A SYN arrived at a listener (RFC 9293 §3.10.7.2): record it and send a SYN-ACK."""
-        cfg = self.config
         self.passive = True
         self.listener = listener
         self.irs = seg.seq
@@ -517,8 +520,11 @@ class Connection:
         if self.state not in RECEIVING:
             return
         free = self.rcvbuf_limit - len(self.rcv_buf) - self.ooo.bytes_queued
-        cur = self.rcv_adv - self.rcv_nxt
-        if free - cur >= max(2 * self.rcv_mss, self.rcvbuf_limit // 2) or (cur < self.rcv_mss <= free):
+        new_wnd = min(max(free, 0) >> self.rcv_wscale, MAX_WINDOW) << self.rcv_wscale
+        cur = max(self.rcv_adv - self.rcv_nxt, 0)
+        clamp = min(self.rcvbuf_limit, MAX_WINDOW << self.rcv_wscale)
+        # Linux tcp_cleanup_rbuf: update when the window at least doubles and was at most half open.
+        if 2 * cur <= clamp and new_wnd >= 2 * cur and new_wnd > cur and new_wnd >= self.rcv_mss:
             self.send_ack(now)
             self._schedule()
 
@@ -565,8 +571,12 @@ class Connection:
             self.write_shutdown = True
             if st in (State.ESTABLISHED, State.CLOSE_WAIT, State.SYN_RECEIVED):
                 if st is State.SYN_RECEIVED:
-                    # RFC 9293 §3.10.4: queue the FIN until ESTABLISHED.
                     self.fin_queued = True
+                    if not len(self.snd_buf) and not self.passive:
+                        # RFC 9293 §3.10.4: nothing to send, so send the FIN now and enter
+                        # FIN-WAIT-1; with data queued, the FIN waits for ESTABLISHED.
+                        self._set_state(State.FIN_WAIT_1, now)
+                        self._emit_new(now, max(self.snd_nxt, 1), 0, fin=True)
                 else:
                     self._queue_fin(now)
         self._schedule()
@@ -658,7 +668,7 @@ class Connection:
             self.rtt.reset_backoff()
             self.retransmits = 0
             if len(seg.payload) or seg.flags & FIN:
-                self._receive_data(seg, 1, now)
+                self._receive_data(seg, 0, now)   # offset of the SYN: its data starts at 1
             if self.fin_queued and self.write_shutdown:
                 self._set_state(State.FIN_WAIT_1, now)
             # RFC 9293: ACK the SYN-ACK at once (data, if queued, carries it).
@@ -731,6 +741,19 @@ class Connection:
             # A retransmitted SYN: answer with the SYN-ACK again (Linux inet_rtx_syn_ack).
             mib["UsertcpSynAckRetransOnSyn"] += 1
             self._send_syn(now)
+            return
+        if st is State.SYN_RECEIVED and not self.passive and flags & SYN and flags & ACK \
+                and seg.seq == self.irs and self._snd_off(seg.ack) == self.snd_max:
+            # Simultaneous open (RFC 9293 Figure 8, line 6): the peer's SYN-ACK completes it.
+            # Linux tcp_validate_incoming lets exactly this SYN pass.
+            self._establish_passive(seg, self.snd_max, now)
+            return
+        if st is State.TIME_WAIT and flags & FIN and not flags & (SYN | RST) \
+                and seg_off + plen + 1 == self.rcv_nxt:
+            # RFC 9293 §3.10.7.4 eighth: a retransmitted FIN in TIME-WAIT is ACKed and
+            # restarts the 2 MSL timeout.
+            self.send_ack(now)
+            self.time_wait_deadline = now + self.config.time_wait
             return
         acceptable = self._acceptable(seg_off, seg_len, wnd)
         if not acceptable:
@@ -861,9 +884,12 @@ class Connection:
         self.rtt.reset_backoff()
         self.syn_retries = 0
         self._set_state(State.ESTABLISHED, now)
+        if self.fin_received:
+            # A fast-open SYN+FIN was taken at SYN time (tcp_fastopen_add_skb -> tcp_fin).
+            self._set_state(State.CLOSE_WAIT, now)
         if self.fin_queued and self.write_shutdown:
-            self._set_state(State.FIN_WAIT_1, now)
-        self.stack.on_established_passive(self, now)
+            self._set_state(State.LAST_ACK if self.fin_received else State.FIN_WAIT_1, now)
+        self.stack.on_established_passive(self, now, ack_off)
 
     # ------------------------------------------------------------- ACK handling
 

@@ -54,7 +54,7 @@ from usertcp.tcp.config import (
 from usertcp.tcp.connection import State
 from usertcp.tcp.cookies import tfo_cookie
 from usertcp.wire.segment import FIN, Buffer, Segment
-from usertcp.wire.tcp import MAX_OPTIONS_LEN
+from usertcp.wire.tcp import MAX_OPTIONS_LEN, options_length
 
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
@@ -133,8 +133,12 @@ class FastOpen:
         if not isinstance(st, TfoState):
             return None, False
         if st.client:
-            return (None, False) if synack else (st.syn_cookie, st.cookie_exp)
-        return (st.cookie_out, st.cookie_exp) if synack else (None, False)
+            cookie, exp = (None, False) if synack else (st.syn_cookie, st.cookie_exp)
+        else:
+            cookie, exp = (st.cookie_out, st.cookie_exp) if synack else (None, False)
+        if cookie is not None and not _option_fits(conn, synack, cookie, exp):
+            return None, False
+        return cookie, exp
 
     # ------------------------------------------------------------------ server
 
@@ -304,6 +308,21 @@ class FastOpen:
             else:
                 conn.syn_data_acked = True
                 mib["TcpExtTCPFastOpenActive"] += 1
+
+
+def _option_fits(conn: Connection, synack: bool, cookie: bytes, exp: bool) -> bool:
+    """tcp_synack_options / tcp_syn_options: the cookie only if the 40 option bytes have room.
+
+    Mirrors the option set of Connection._syn_options (MD5 alone takes 20 bytes).
+    """
+    cfg = conn.config
+    if synack:
+        ts, sack, ws = conn.ts_ok, conn.sack_ok, conn.ws_ok
+    else:
+        ts, sack, ws = cfg.timestamps, cfg.sack, cfg.window_scaling
+    need = options_length(mss=0, ts=ts, sack_permitted=sack, wscale=conn.rcv_wscale if ws else -1,
+                          fastopen=cookie, fastopen_exp=exp, md5=conn.md5_key is not None)
+    return need <= MAX_OPTIONS_LEN
 
 
 def install(stack: Stack) -> FastOpen:

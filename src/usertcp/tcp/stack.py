@@ -15,7 +15,8 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from usertcp.tcp.config import StackConfig
+from usertcp.tcp import fastopen
+from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackConfig
 from usertcp.tcp.connection import HP_MASK, INF, Connection, State
 from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
@@ -55,30 +56,106 @@ class Listener:
         self.accept_queue: list[Connection] = []
         self.embryonic: set[Connection] = set()
         self.closed = False
-        self.fastopen_qlen = 0            # TCP_FASTOPEN (the preload/TFO issue)
-        self.fastopen_pending = 0
-        self.preload: bytes = b""         # MSG_PRELOAD (the preload/TFO issue)
+        # TCP Fast Open server (RFC 7413; see usertcp.tcp.fastopen).
+        self._fastopen_qlen = 0           # TCP_FASTOPEN: max pending TFO children (fastopenq.max_qlen)
+        self.fastopen_no_cookie = False   # TCP_FASTOPEN_NO_COOKIE
+        self.fastopen_key: bytes | None = None          # TCP_FASTOPEN_KEY (None: the sysctl key)
+        self.fastopen_backup_key: bytes | None = None
+        self.tfo_children: set[Connection] = set()      # TFO children, accepted before the 3rd ACK
+        self.preload: bytes = b""         # MSG_PRELOAD: sent on every connection accepted from now on
         self.options: dict[str, Any] = {}  # socket options inherited by children
         self.on_accept_ready: Callable[[Listener], None] | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG on the listening socket
+        cfg = stack.config.fastopen
+        if cfg & TFO_SERVER_WO_SOCKOPT1 and cfg & TFO_SERVER_ENABLE:
+            fastopen.install(stack)       # inet_listen: the backlog is the TFO queue length
 
     def __repr__(self) -> str:
         addr = self.stack.fmt_addr(self.local_ip) if self.local_ip else "*"
         return f"<Listener {addr}:{self.port} queued={len(self.accept_queue)}>"
 
+    # ---------------------------------------------------------- preload / TFO
+
+    def set_preload(self, data: bytes, now: float) -> int:
+        """send(MSG_PRELOAD): data sent on every connection whose SYN arrives from now on.
+
+        At most ``fastopen.PRELOAD_MAX`` (64 KiB) bytes, else EMSGSIZE; empty clears it.
+        Connections already in the handshake keep the snapshot taken at their SYN.
+        """
+        if self.closed:
+            raise OSError(errno.EPIPE, "listener closed")
+        if len(data) > fastopen.PRELOAD_MAX:
+            raise OSError(errno.EMSGSIZE, f"preload is limited to {fastopen.PRELOAD_MAX} bytes")
+        self.preload = bytes(data)        # immutable: children share it by reference
+        if data:
+            fastopen.install(self.stack)
+        return len(data)
+
+    @property
+    def fastopen_qlen(self) -> int:
+        return self._fastopen_qlen
+
+    @fastopen_qlen.setter
+    def fastopen_qlen(self, value: int) -> None:
+        """setsockopt(TCP_FASTOPEN): fastopen_queue_tune() caps it at somaxconn."""
+        if value < 0:
+            raise OSError(errno.EINVAL, "TCP_FASTOPEN queue length must be >= 0")
+        self._fastopen_qlen = min(value, self.stack.config.somaxconn)
+        if value:
+            fastopen.install(self.stack)
+
+    @property
+    def fastopen_max_qlen(self) -> int:
+        """The effective queue limit: the option, else the backlog with sysctl bit 0x400."""
+        if self._fastopen_qlen:
+            return self._fastopen_qlen
+        if self.stack.config.fastopen & TFO_SERVER_WO_SOCKOPT1:
+            return self.backlog
+        return 0
+
+    @property
+    def fastopen_pending(self) -> int:
+        """TFO children still in SYN-RECEIVED (Linux fastopenq.qlen)."""
+        done = [c for c in self.tfo_children if c.state is not State.SYN_RECEIVED]
+        for c in done:
+            self.tfo_children.discard(c)
+        return len(self.tfo_children)
+
+    def set_fastopen_key(self, key: bytes) -> None:
+        """setsockopt(TCP_FASTOPEN_KEY): 16 bytes (primary) or 32 (primary + backup)."""
+        if len(key) not in (16, 32):
+            raise OSError(errno.EINVAL, "TCP_FASTOPEN_KEY takes 16 or 32 bytes")
+        self.fastopen_key = bytes(key[:16])
+        self.fastopen_backup_key = bytes(key[16:]) if len(key) == 32 else None
+
+    def fastopen_keys(self) -> tuple[bytes, bytes | None]:
+        """(primary, backup): the listener's own key overrides the sysctl pair."""
+        if self.fastopen_key is not None:
+            return self.fastopen_key, self.fastopen_backup_key
+        cfg = self.stack.config
+        return cfg.fastopen_key, cfg.fastopen_backup_key
+
+    # ---------------------------------------------------------------- queues
+
     def accept(self) -> Connection | None:
         """Pop one established connection, or None (the caller maps that to EAGAIN)."""
         if self.accept_queue:
-            return self.accept_queue.pop(0)
+            conn = self.accept_queue.pop(0)
+            if conn.state is State.CLOSED and not conn.error and conn in self.tfo_children:
+                # A TFO child reset in SYN_RECV stays queued; Linux tcp_reset reports ECONNRESET.
+                conn.error = errno.ECONNRESET
+            return conn
         return None
 
     def close(self, now: float) -> None:
         """Closing a listener resets every connection not yet accepted (Linux inet_csk_listen_stop)."""
         self.closed = True
+        self.preload = b""
         for conn in list(self.accept_queue) + list(self.embryonic):
             conn.abort(now)
         self.accept_queue.clear()
         self.embryonic.clear()
+        self.tfo_children.clear()
         self.stack.remove_listener(self)
 
 
@@ -331,14 +408,21 @@ class Stack:
         if self.hooks is not None:
             self.hooks.syn_rto(conn, now)
 
-    def on_established_passive(self, conn: Connection, now: float) -> None:
+    def on_established_passive(self, conn: Connection, now: float, ack_off: int = -1) -> None:
         lst = conn.listener
+        queued = False
+        if self.hooks is not None:
+            # Fast open/preload: resend SYN-ACK data the 3rd ACK left out; True when the
+            # child was already put in the accept queue at SYN time (a TFO child).
+            queued = bool(self.hooks.on_established_passive(conn, now, ack_off))
         if lst is None:
             return
         lst.embryonic.discard(conn)
         if lst.closed:
             conn.abort(now)
             return
+        if queued:
+            return              # accepted (or waiting) since its SYN; do not queue it twice
         if conn not in lst.accept_queue:
             lst.accept_queue.append(conn)
         if lst.on_accept_ready is not None:
