@@ -105,3 +105,26 @@ def test_ipv6_transfer() -> None:
     assert client.mss == 1500 - 60 - 12
     data = DATA[:1_000_000]
     assert sha(transfer(pair, client, server, data)) == sha(data)
+
+
+def test_tso_super_segments() -> None:
+    """With gso_max_size the sender emits multi-MSS segments marked for segmentation by the link."""
+    pair = make_pair(LinkConfig(delay=0.002, loss=0.01), seed=13)
+    pair.a.gso_max_size = 65000
+    sizes: list[int] = []
+    gso: list[int] = []
+    orig = pair.a.output
+
+    def spy(pkt):  # type: ignore[no-untyped-def]
+        sizes.append(len(pkt))
+        gso.append(pkt.gso_size)
+        orig(pkt)
+
+    pair.a.output = spy  # type: ignore[method-assign]
+    client, server = pair.open()
+    data = DATA[:3_000_000]
+    assert sha(transfer(pair, client, server, data)) == sha(data)
+    assert max(sizes) > 10 * client.mss
+    assert all(g in (0, client.mss) for g in gso)
+    assert any(g == client.mss for g in gso)
+    assert pair.a.counters["TcpRetransSegs"] > 0   # loss recovery works on super-segments too

@@ -9,9 +9,11 @@ layer's overhead is not counted.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from usertcp.net.driver import VirtualTimeDriver
 from usertcp.net.memnet import LinkConfig, Network
+from usertcp.tcp.connection import Connection
 from usertcp.tcp.stack import Stack
 
 _CHUNK = 1 << 18
@@ -50,8 +52,7 @@ def run(size: int = 20_000_000, loss: float = 0.0, delay: float = 0.001, bandwid
             received += len(s.recv(1 << 22, drv.now()))
             drv.kick()
             continue
-        more = sent < size
-        if not drv.run_until(lambda more=more: s.readable_bytes > 0 or (more and c.send_space > 0), 120):
+        if not drv.run_until(_progress(c, s, sent < size), 120):
             raise RuntimeError(f"transfer stalled at {received}/{size} bytes")
     cpu = time.process_time() - cpu0
     info = c.info()
@@ -67,6 +68,11 @@ def run(size: int = 20_000_000, loss: float = 0.0, delay: float = 0.001, bandwid
         "goodput_bps": size * 8 / drv.now() if drv.now() > 0 else 0.0,
         "events": drv.events,
     }
+
+
+def _progress(c: Connection, s: Connection, sending: bool) -> Callable[[], bool]:
+    """The sender has room (while it still has data) or the receiver has something to read."""
+    return lambda: s.readable_bytes > 0 or (sending and c.send_space > 0)
 
 
 if __name__ == "__main__":

@@ -323,7 +323,7 @@ class Connection:
         return (int(now * 1000) + self.ts_offset) & SEQ_MASK
 
     def _emit(self, now: float, off: int, flags: int, payload: list[memoryview] | tuple[()] = (),
-              options: bytes | None = None) -> None:
+              options: bytes | None = None, gso_size: int = 0) -> None:
         """Build and queue one segment starting at send offset ``off``."""
         syn = bool(flags & SYN)
         if options is None:
@@ -339,7 +339,8 @@ class Connection:
         pkt = build_packet(src=self.local_ip, dst=self.remote_ip, sport=self.local_port,
                            dport=self.remote_port, seq=(self.iss + off) & SEQ_MASK, ack=ack, flags=flags,
                            window=window, options=options, payload=payload, ttl=self.config.ttl,
-                           md5_key=self.md5_key)
+                           md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
+                           gso_size=gso_size)
         self.stack.output(pkt)
         self.segs_out += 1
         self.last_snd_time = now
@@ -1279,7 +1280,11 @@ class Connection:
         """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd."""
         sent = False
         cwnd = self.cc.cwnd
-        for r in self.rtx:
+        rtx = self.rtx
+        i = -1
+        while i + 1 < len(rtx):
+            i += 1
+            r = rtx[i]
             if not r.lost or r.retrans or r.sacked:
                 continue
             if self.in_flight + (r.end - r.start) > cwnd and sent:
@@ -1287,19 +1292,18 @@ class Connection:
             if self.in_flight >= cwnd and not (not sent and self.ca_state == CA_RECOVERY
                                                and self.retrans_bytes == 0):
                 break
-            self._retransmit(r, now)
+            self._retransmit(r, now, i)
             sent = True
         return sent
 
-    def _retransmit(self, r: SentSegment, now: float) -> None:
+    def _retransmit(self, r: SentSegment, now: float, index: int = 0) -> None:
         # Re-cut to the current MSS (the MSS may have shrunk).
         if r.end - r.start - (1 if r.fin else 0) > self.mss:
             tail = SentSegment(r.start + self.mss, r.end, r.fin, r.tx_time)
             tail.tx_count, tail.lost = r.tx_count, r.lost
             r.end = r.start + self.mss
             r.fin = False
-            idx = self.rtx.index(r)
-            self.rtx.insert(idx + 1, tail)
+            self.rtx.insert(index + 1, tail)
         dlen = r.end - r.start - (1 if r.fin else 0)
         payload = self.snd_buf.views(r.start - 1, dlen) if dlen else []
         flags = ACK
@@ -1339,7 +1343,12 @@ class Connection:
                 return True
             if cwnd_room <= 0 or wnd_room <= 0:
                 break
-            size = min(avail, mss, wnd_room, cwnd_room)
+            # With TSO the link cuts super-segments into MSS pieces (RFC 9293 §3.7.4 still
+            # holds on the wire); never with MD5, whose digest covers each segment.
+            limit = mss
+            if self.stack.gso_max_size > mss and self.md5_key is None:
+                limit = max(self.stack.gso_max_size // mss, 1) * mss
+            size = min(avail, limit, wnd_room, cwnd_room)
             if size < mss and size < avail:
                 # Window-limited to a small segment: only if it is half the max window (SWS).
                 if size < self.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
@@ -1366,7 +1375,7 @@ class Connection:
         if fin:
             flags |= FIN
         end = off + size + (1 if fin else 0)
-        self._emit(now, off, flags, payload)
+        self._emit(now, off, flags, payload, gso_size=self.mss if size > self.mss else 0)
         self.rtx.append(SentSegment(off, end, fin, now))
         self.snd_nxt = end
         if end > self.snd_max:

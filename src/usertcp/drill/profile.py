@@ -1,0 +1,257 @@
+"""The environment a packetdrill script expects: the Linux sysctl profile and backtick commands.
+
+``linux_config(ip_version)`` is the stack configuration of packetdrill's harness after
+``defaults.sh`` (values from :data:`usertcp.drill.defaults.SYSCTL_DEFAULTS`, MTU per address
+family, fixed secrets so runs are reproducible).  :class:`Environment` interprets a backtick
+command: sysctl writes the stack models go to ``StackConfig.apply_sysctl``; harmless commands are
+accepted; ``nstat`` and ``grep`` over ``/proc/net/tcp`` are emulated from the stack's counters and
+sockets; anything else raises :class:`Unsupported` (the runner skips the script with the reason).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from usertcp.drill.defaults import ADDRESS_DEFAULTS, SYSCTL_DEFAULTS, SysctlValue, sysctl_name
+from usertcp.tcp.config import StackConfig
+from usertcp.tcp.connection import State
+from usertcp.tcp.stack import Stack
+
+__all__ = [
+    "PROFILE_ONLY_SYSCTLS",
+    "CommandError",
+    "Environment",
+    "Unsupported",
+    "linux_config",
+    "sysctl_text",
+]
+
+# defaults.sh settings the core does not expose as knobs because its behaviour already is the
+# Linux default they select (no FACK, RACK on, no ECN, no pacing, cubic...).  Accepted only with
+# exactly the profile's value: any other value is a behaviour change we cannot model.
+PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
+    key: value
+    for key, value in SYSCTL_DEFAULTS.items()
+    if key.split(".")[-1]
+    in {
+        "tcp_frto",
+        "tcp_fack",
+        "tcp_early_retrans",
+        "tcp_recovery",
+        "tcp_tso_win_divisor",
+        "tcp_ecn",
+        "tcp_ecn_option",
+        "tcp_pacing_ss_ratio",
+        "tcp_pacing_ca_ratio",
+        "tcp_notsent_lowat",
+    }
+}
+
+
+class Unsupported(Exception):
+    """The script needs something the runner cannot model (the script is skipped)."""
+
+
+class CommandError(Exception):
+    """A command that ran and failed (non-zero exit status: the script fails)."""
+
+
+def sysctl_text(value: SysctlValue) -> str:
+    if isinstance(value, tuple):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def linux_config(ip_version: str = "ipv4") -> StackConfig:
+    """StackConfig for packetdrill's harness: Linux defaults plus what defaults.sh sets."""
+    cfg = StackConfig(
+        isn_secret=bytes(range(16)),
+        ts_secret=bytes(range(16, 32)),
+        random_ts_offset=False,
+    )
+    cfg.mtu = ADDRESS_DEFAULTS[ip_version].mtu
+    for key, value in SYSCTL_DEFAULTS.items():
+        if key not in PROFILE_ONLY_SYSCTLS:
+            if not cfg.apply_sysctl(key, sysctl_text(value)):
+                raise AssertionError(f"profile sysctl {key} is not modelled")  # pragma: no cover
+    return cfg
+
+
+# Commands with no effect on a fresh in-process stack.
+_HARMLESS = (
+    re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$"),  # a fresh stack remembers no cookies
+    re.compile(r"^tc\s+qdisc\s+(add|replace)\s+dev\s+\S+\s+root\s+pfifo$"),  # no pacing anyway
+    re.compile(r"^tc\s+qdisc\s+del(ete)?\s+dev\s+\S+\s+root$"),
+    re.compile(r"^(/tmp/)?sysctl_restore_\S*\.sh$"),  # our stack dies with the script
+    re.compile(r"^true$|^:$"),
+)
+_DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
+_SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
+_REDIRECT = re.compile(r"\s*(\d?>>?\s*/dev/null|2>&1|>\s*&\d)\s*")
+
+
+@dataclass
+class Environment:
+    """Runs backtick commands against one stack (created lazily: sysctls come first)."""
+
+    config: StackConfig
+    stack_getter: Callable[[], Stack | None]
+    _nstat_base: dict[str, int] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ entry
+
+    def run(self, command: str) -> None:
+        """Execute one backtick command; raise Unsupported or CommandError."""
+        text = command.replace("${PPID}", "PPID").replace("$PPID", "PPID")
+        for statement in re.split(r"\n|;|&&", text):
+            statement = statement.strip()
+            if statement:
+                self._statement(statement)
+
+    def _statement(self, statement: str) -> None:
+        stages = [s.strip() for s in statement.split("|")]
+        if len(stages) > 1 or stages[0].startswith(("grep ", "nstat")):
+            self._pipeline(stages, statement)
+            return
+        words = shlex.split(_REDIRECT.sub(" ", statement))
+        if not words:
+            return
+        cmd = words[0]
+        if _DEFAULTS_SH.search(cmd) and len(words) == 1:
+            self.load_profile()
+            return
+        if cmd == "sysctl":
+            self._sysctl(words[1:], statement)
+            return
+        if _SET_SYSCTLS.search(cmd):
+            for arg in words[1:]:
+                self._assign(arg, statement)
+            return
+        joined = " ".join(words)
+        if any(p.match(joined) for p in _HARMLESS):
+            return
+        raise Unsupported(f"command not modelled: {statement!r}")
+
+    # ------------------------------------------------------------------ sysctls
+
+    def load_profile(self) -> None:
+        for key, value in SYSCTL_DEFAULTS.items():
+            self.set_sysctl(key, sysctl_text(value), "defaults.sh")
+
+    def set_sysctl(self, key: str, value: str, statement: str) -> None:
+        name = sysctl_name(key)
+        if self.stack_getter() is not None and name.endswith(("tcp_rmem", "tcp_wmem")):
+            pass  # Linux applies buffer sysctls to new sockets only; so does our config
+        profile = PROFILE_ONLY_SYSCTLS.get(name)
+        if profile is not None:
+            if value.strip() == sysctl_text(profile):
+                return
+            raise Unsupported(f"sysctl {name}={value} not modelled (only the Linux default)")
+        try:
+            ok = self.config.apply_sysctl(name, value)
+        except ValueError as exc:
+            raise CommandError(f"sysctl {name}={value}: {exc}") from exc
+        if not ok:
+            raise Unsupported(f"sysctl {name} not modelled ({statement!r})")
+
+    def _assign(self, arg: str, statement: str) -> None:
+        if "=" not in arg:
+            raise Unsupported(f"sysctl read not modelled: {statement!r}")
+        key, value = arg.split("=", 1)
+        self.set_sysctl(key, value, statement)
+
+    def _sysctl(self, args: list[str], statement: str) -> None:
+        for arg in args:
+            if arg in ("-q", "-w", "--quiet", "--write"):
+                continue
+            if arg.startswith("-"):
+                raise Unsupported(f"sysctl option {arg} not modelled: {statement!r}")
+            self._assign(arg, statement)
+
+    # ------------------------------------------------------------------ pipelines
+
+    def _pipeline(self, stages: list[str], statement: str) -> None:
+        """``nstat [| grep ...]`` and ``grep PAT /proc/net/tcp[6] [| grep PAT]``; the exit
+        status of the last stage decides (a grep without match fails the command)."""
+        lines: list[str] | None = None
+        for stage in stages:
+            words = shlex.split(_REDIRECT.sub(" ", stage))
+            if not words:
+                raise Unsupported(f"command not modelled: {statement!r}")
+            if words[0] == "nstat" and lines is None:
+                lines = self._nstat(words[1:], statement)
+            elif words[0] == "grep":
+                lines = self._grep(words[1:], lines, statement)
+                if not lines:
+                    raise CommandError(f"command failed (exit status 1): {statement!r}")
+            else:
+                raise Unsupported(f"command not modelled: {statement!r}")
+
+    def _nstat(self, args: list[str], statement: str) -> list[str]:
+        if args:
+            raise Unsupported(f"nstat options not modelled: {statement!r}")
+        stack = self.stack_getter()
+        counters = dict(stack.counters.items()) if stack is not None else {}
+        out = []
+        for name, value in sorted(counters.items()):
+            delta = value - self._nstat_base.get(name, 0)
+            if delta:
+                out.append(f"{name:<32}{delta:>16}{0.0:>16}")
+        self._nstat_base = counters
+        return out
+
+    def _grep(self, args: list[str], lines: list[str] | None, statement: str) -> list[str]:
+        if not args or args[0].startswith("-"):
+            raise Unsupported(f"grep options not modelled: {statement!r}")
+        pattern, files = args[0], args[1:]
+        if files:
+            lines = []
+            for name in files:
+                if name not in ("/proc/net/tcp", "/proc/net/tcp6"):
+                    raise Unsupported(f"file not modelled: {name} in {statement!r}")
+                lines.extend(self._proc_net_tcp(name.endswith("6")))
+        if lines is None:
+            raise Unsupported(f"grep on stdin not modelled: {statement!r}")
+        return [line for line in lines if pattern in line]
+
+    def _proc_net_tcp(self, v6: bool) -> list[str]:
+        """Lines shaped like /proc/net/tcp[6]: ``sl local rem st`` (addresses in kernel hex)."""
+        stack = self.stack_getter()
+        if stack is None:
+            return []
+        size = 16 if v6 else 4
+
+        def addr(ip: bytes | None, port: int) -> str:
+            raw = ip if ip is not None else bytes(size)
+            words = [raw[i : i + 4][::-1].hex().upper() for i in range(0, len(raw), 4)]
+            return "".join(words) + f":{port:04X}"
+
+        rows: list[tuple[str, str, int]] = []
+        for (ip, port), lst in stack.listeners.items():
+            if (len(ip) if ip else size) == size:
+                rows.append((addr(ip or None, port), addr(None, 0), 0x0A))
+        for conn in stack.connections.values():
+            if len(conn.local_ip) == size and conn.state is not State.CLOSED:
+                rows.append(
+                    (addr(conn.local_ip, conn.local_port), addr(conn.remote_ip, conn.remote_port),
+                     _LINUX_STATE.get(conn.state, 0x07))
+                )  # fmt: skip
+        return [f"{i:4}: {local} {remote} {st:02X}" for i, (local, remote, st) in enumerate(rows)]
+
+
+_LINUX_STATE = {
+    State.ESTABLISHED: 0x01,
+    State.SYN_SENT: 0x02,
+    State.SYN_RECEIVED: 0x03,
+    State.FIN_WAIT_1: 0x04,
+    State.FIN_WAIT_2: 0x05,
+    State.TIME_WAIT: 0x06,
+    State.CLOSED: 0x07,
+    State.CLOSE_WAIT: 0x08,
+    State.LAST_ACK: 0x09,
+    State.LISTEN: 0x0A,
+    State.CLOSING: 0x0B,
+}
