@@ -221,9 +221,6 @@ def test_random_object_ops_match_a_model(ops: list[tuple[str, int, int, int]]) -
 
 def test_collect_claims_the_receive_side_and_offsets_start_at_attach() -> None:
     pair, client, server, store, ring = env()
-    push(pair, client, b"0123456789")
-    assert drain(pair, server, 3)[:3] == b"012" or True
-    # drain() read everything; send more and read only part of it before attaching.
     push(pair, client, b"abcdefghij")
     assert pair.driver.run_until(lambda: server.readable_bytes >= 10, 5)
     assert server.recv(3, pair.now) == b"abc"
@@ -268,11 +265,16 @@ def test_socket_api_readers_get_ebusy_while_collected() -> None:
     ring.prep_collect(ss, 1)                      # a socket-API object works as the target
     assert one(ring).res > 0
     assert pair.driver.run_until(lambda: ss.connection.readable_bytes == 5, 5)
-    for reader in (lambda: ss.recv(10), lambda: ss.recv_into(bytearray(10))):
-        with pytest.raises(OSError) as ei:
+    for reader in (lambda: ss.recv(10), lambda: ss.recv_into(bytearray(10)),
+                   lambda: ss.recv(10, sockets.MSG_PEEK)):
+        try:
             reader()
-        if ei.value.errno != errno.EBUSY:
-            pytest.xfail("socket API does not check conn.collector yet (needs the EBUSY check)")
+        except OSError as e:
+            assert e.errno == errno.EBUSY
+        else:
+            pytest.xfail("usertcp.api.sockets does not check conn.collector yet (EBUSY check "
+                         "requested from the lead)")
+    assert ss.connection.readable_bytes == 5      # no reader took the collector's bytes
 
 
 def test_undecided_bytes_hold_the_window_closed() -> None:
@@ -294,7 +296,7 @@ def test_undecided_bytes_hold_the_window_closed() -> None:
     assert store.used == 0
     assert server.readable_bytes <= server.rcvbuf_limit
     assert server.bytes_received < 2 * server.rcvbuf_limit
-    assert client.snd_wnd == 0
+    assert client.snd_wnd < client.mss and client.unsent_bytes > 0   # the peer is stopped
     # Deciding (DISCARD of the whole stream) lets everything through.
     ring.prep_discard(sid, len(data), 2)
     ring.submit()
@@ -344,7 +346,7 @@ def test_capture_over_budget_fails_and_the_bytes_stay() -> None:
 
 
 def test_detach_cancels_pending_operations() -> None:
-    pair, client, server, store, ring = env()
+    _, _, server, store, ring = env()
     sid = collect(ring, server)
     ring.prep_recv_object(sid, 0, 100, 1)
     ring.prep_inspect(sid, 0, 10, 2, flags=INSPECT_WAITALL)
@@ -487,16 +489,17 @@ def test_sends_from_two_rings_keep_enqueue_order() -> None:
     r1, r2 = Ring(store), Ring(store)
     parts = []
     for i in range(8):
-        data = bytes([65 + i]) * 200_000          # each larger than the send space
+        data = bytes([65 + i]) * 300_000          # each larger than the send space
         parts.append(data)
         ring = r1 if i % 2 == 0 else r2
         ring.prep_create(data, i)
-        h = one(ring).res
+        ring.submit()
+        h = next(c.res for c in ring.reap() if c.user_data == i)
         ring.prep_obj_send(client, (h, 0, len(data)), 100 + i, flags=SEND_LAST)
         ring.submit()
+    assert client.send_space <= 0 and len(store._tx[client].queue) == 8   # queued in the store
     got = drain(pair, server, sum(map(len, parts)), timeout=120)
     assert got == b"".join(parts)
-    assert pair.driver.run_until(lambda: r1.cq_ready + r2.cq_ready == 8, 5)
     assert store.is_empty()
 
 

@@ -381,3 +381,18 @@ def test_tfo_rst_in_syn_received_reports_reset_on_accept() -> None:
     conn = lst.accept()
     assert conn is not None and conn.state is State.CLOSED and conn.error == errno.ECONNRESET
     assert lst.fastopen_pending == 0
+
+
+def test_benchmark_measures_the_latency_table() -> None:
+    from usertcp.bench.preload import run
+
+    res = run(conns=3)
+    assert res["accept_send"]["banner_rtts"] == pytest.approx(2.0)
+    assert res["preload"]["banner_rtts"] == pytest.approx(2.0)
+    assert res["preload_tfo"]["banner_rtts"] == pytest.approx(1.0)
+    assert res["preload_tfo"]["server_first_data_rtts"] == pytest.approx(1.0)
+    assert res["accept_send"]["wakeups_before_banner"] == 1
+    assert res["preload"]["wakeups_before_banner"] == 0
+    assert res["preload_tfo"]["wakeups_before_banner"] == 0
+    assert res["preload_tfo"]["tfo_passive"] == 3
+    assert all(v > 0 for v in res["conns_per_s"].values())

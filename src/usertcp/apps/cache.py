@@ -285,7 +285,8 @@ class CacheServer:
         cl.pos = vpos + length + 2
         if length > MAX_VALUE:
             self._drop(cl, vpos, length + 2)
-            self._reply(cl, b"SERVER_ERROR object too large for cache\r\n")
+            if not noreply:
+                self._reply(cl, b"SERVER_ERROR object too large for cache\r\n")
             self._next_line(cl)
             return
         cl.pending_set = [key, flags, length, noreply, None, None, vpos]
@@ -302,7 +303,8 @@ class CacheServer:
         cl.pending_set = None
         if handle < 0:
             if handle in (-errno.ENOBUFS, -errno.EMFILE):
-                self._reply(cl, b"SERVER_ERROR out of memory storing object\r\n")
+                if not noreply:
+                    self._reply(cl, b"SERVER_ERROR out of memory storing object\r\n")
                 self._next_line(cl)
             else:
                 self._finish(cl)

@@ -37,7 +37,9 @@ class Driver(Protocol):
     driver sleeps on a condition that its I/O thread notifies.
     """
 
-    lock: AbstractContextManager[object]
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """Held while application code calls into the endpoints (a no-op in virtual time)."""
 
     def now(self) -> float:
         """The driver's current time in seconds."""

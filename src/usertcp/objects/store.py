@@ -40,7 +40,10 @@ if TYPE_CHECKING:
 
 
 class DriverLike(Protocol):
-    lock: AbstractContextManager[object]
+    """What the store needs of a driver (read-only ``lock`` so RealTimeDriver's RLock fits)."""
+
+    @property
+    def lock(self) -> AbstractContextManager[object]: ...
 
     def now(self) -> float: ...
 

@@ -502,6 +502,17 @@ class Connection:
             self.output(now)
         return total
 
+    def options_changed(self, now: float) -> None:
+        """Apply socket options set on a live connection (TCP_NODELAY, uncork, keepalive)."""
+        if self.state is not State.CLOSED:
+            self.output(now)
+            self._schedule()
+
+    def take_error(self) -> int:
+        """Read and clear the pending socket error (SO_ERROR semantics)."""
+        err, self.error = self.error, 0
+        return err
+
     def recv(self, n: int, now: float) -> bytes:
         data = self.rcv_buf.read(n)
         if data:
@@ -606,10 +617,11 @@ class Connection:
     def _reset_by_peer(self, now: float) -> None:
         if self.state is State.SYN_SENT:
             self.error = errno.ECONNREFUSED
-        elif self.state in (State.CLOSE_WAIT, State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2,
-                            State.SYN_RECEIVED):
+        elif self.state is State.CLOSE_WAIT:
+            self.error = errno.EPIPE           # Linux tcp_reset: the peer already closed
+        elif self.state in (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2, State.SYN_RECEIVED):
             self.error = errno.ECONNRESET
-            if self.state in (State.ESTABLISHED, State.CLOSE_WAIT):
+            if self.state is State.ESTABLISHED:
                 self.mib["TcpEstabResets"] += 1
         elif self.state is not State.TIME_WAIT:
             self.error = errno.EPIPE

@@ -66,6 +66,8 @@ class Listener:
         self.options: dict[str, Any] = {}  # socket options inherited by children
         self.on_accept_ready: Callable[[Listener], None] | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG on the listening socket
+        self.family: int | None = None         # 4 or 6: only SYNs of that IP version (AF_INET)
+        self.child_init: Callable[[Connection], None] | None = None   # per-child setup (e.g. cc)
         cfg = stack.config.fastopen
         if cfg & TFO_SERVER_WO_SOCKOPT1 and cfg & TFO_SERVER_ENABLE:
             fastopen.install(stack)       # inet_listen: the backlog is the TFO queue length
@@ -502,6 +504,8 @@ class Stack:
         lst = self.listeners.get((ip, port))
         if lst is None:
             lst = self.listeners.get((b"", port))
+            if lst is not None and lst.family is not None and lst.family != (4 if len(ip) == 4 else 6):
+                return None
         return lst
 
     def _listen_syn(self, listener: Listener, seg: Segment, now: float) -> None:
@@ -524,6 +528,8 @@ class Stack:
         if listener.md5_keys is not None:
             conn.md5_keys = listener.md5_keys
             conn.md5_key = listener.md5_keys.lookup(seg.src)
+        if listener.child_init is not None:
+            listener.child_init(conn)
         self.connections[conn.key] = conn
         listener.embryonic.add(conn)
         conn.start_passive_open(seg, listener, now)

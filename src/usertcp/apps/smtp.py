@@ -1,0 +1,263 @@
+"""A small SMTP server (RFC 5321) on the usertcp socket API, with a preloaded greeting.
+
+The ``220`` greeting is written once to the listening socket with ``MSG_PRELOAD``,
+so the stack sends it on every connection by itself: after the 3rd ACK, or inside
+the SYN-ACK for a TCP Fast Open client with a valid cookie. The application only
+wakes up when the client has something to say.
+
+Enough of the protocol for ``smtplib``: EHLO/HELO, MAIL FROM, RCPT TO, DATA (with
+dot-unstuffing, RFC 5321 §4.5.2), RSET, NOOP, QUIT. Messages are kept in
+``SmtpServer.messages``. :class:`SmtpSession` is the sans-IO protocol; the server
+runs sessions over non-blocking sockets and ``usertcp.api.sockets.select``, so it
+works with either driver (call :meth:`SmtpServer.poll` in a loop, or
+:meth:`SmtpServer.serve` on a thread with the real-time driver).
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import threading
+from dataclasses import dataclass, field
+
+from usertcp.api import sockets
+from usertcp.api.sockets import Host, Socket
+
+__all__ = ["Message", "SmtpServer", "SmtpSession"]
+
+MAX_COMMAND_LINE = 512     # RFC 5321 §4.5.3.1.4, CRLF included
+MAX_TEXT_LINE = 1000       # §4.5.3.1.6
+MAX_MESSAGE = 10 * 1024 * 1024
+_PATH = re.compile(r"^\s*<([^<>]*)>(.*)$")
+
+
+@dataclass
+class Message:
+    mail_from: str
+    rcpt_to: list[str]
+    data: bytes                # the message as received, dot-unstuffed, lines CRLF-terminated
+    helo: str = ""
+
+
+@dataclass
+class SmtpSession:
+    """One SMTP conversation: ``feed(bytes) -> bytes`` of replies; ``closed`` after QUIT."""
+
+    hostname: str
+    messages: list[Message] = field(default_factory=list)
+    helo: str = ""
+    mail_from: str | None = None
+    rcpt_to: list[str] = field(default_factory=list)
+    in_data: bool = False
+    closed: bool = False
+    _buf: bytearray = field(default_factory=bytearray)
+    _data: bytearray = field(default_factory=bytearray)
+
+    def greeting(self) -> bytes:
+        return f"220 {self.hostname} ESMTP usertcp\r\n".encode()
+
+    def feed(self, data: bytes) -> bytes:
+        """Take received bytes, return the replies to send (pipelining is fine, RFC 2920)."""
+        self._buf += data
+        out: list[bytes] = []
+        while not self.closed:
+            end = self._buf.find(b"\n")
+            if end < 0:
+                limit = MAX_TEXT_LINE if self.in_data else MAX_COMMAND_LINE
+                if len(self._buf) > limit:
+                    self._buf.clear()
+                    out.append(b"500 5.5.0 Line too long\r\n")
+                break
+            line = bytes(self._buf[:end + 1])
+            del self._buf[:end + 1]
+            out.append(self._data_line(line) if self.in_data else self._command(line))
+        return b"".join(out)
+
+    def _data_line(self, line: bytes) -> bytes:
+        body = line.rstrip(b"\r\n")
+        if body == b".":
+            self.in_data = False
+            msg = Message(self.mail_from or "", list(self.rcpt_to), bytes(self._data), self.helo)
+            self.messages.append(msg)
+            self._reset()
+            return f"250 2.0.0 Ok: queued as {len(self.messages)}\r\n".encode()
+        if body.startswith(b"."):
+            body = body[1:]                # RFC 5321 §4.5.2 transparency
+        if len(self._data) + len(body) + 2 > MAX_MESSAGE:
+            return b""                     # keep reading to the end; §4.5.3.1.10 rejects at "."
+        self._data += body + b"\r\n"
+        return b""
+
+    def _reset(self) -> None:
+        self.mail_from = None
+        self.rcpt_to = []
+        self._data = bytearray()
+
+    def _command(self, line: bytes) -> bytes:
+        if len(line) > MAX_COMMAND_LINE:
+            return b"500 5.5.0 Line too long\r\n"
+        text = line.decode("ascii", "replace").rstrip("\r\n")
+        verb, _, arg = text.partition(" ")
+        verb = verb.upper()
+        if verb == "EHLO":
+            if not arg.strip():
+                return b"501 5.5.4 Syntax: EHLO hostname\r\n"
+            self.helo = arg.strip()
+            self._reset()
+            return (f"250-{self.hostname} Hello {self.helo}\r\n"
+                    f"250-PIPELINING\r\n250-SIZE {MAX_MESSAGE}\r\n250 8BITMIME\r\n").encode()
+        if verb == "HELO":
+            if not arg.strip():
+                return b"501 5.5.4 Syntax: HELO hostname\r\n"
+            self.helo = arg.strip()
+            self._reset()
+            return f"250 {self.hostname}\r\n".encode()
+        if verb == "MAIL":
+            if not self.helo:
+                return b"503 5.5.1 Error: send HELO/EHLO first\r\n"
+            if self.mail_from is not None:
+                return b"503 5.5.1 Error: nested MAIL command\r\n"
+            path = _path(arg, "FROM:")
+            if path is None:
+                return b"501 5.5.4 Syntax: MAIL FROM:<address>\r\n"
+            self.mail_from = path
+            return b"250 2.1.0 Ok\r\n"
+        if verb == "RCPT":
+            if self.mail_from is None:
+                return b"503 5.5.1 Error: need MAIL command\r\n"
+            path = _path(arg, "TO:")
+            if not path:
+                return b"501 5.5.4 Syntax: RCPT TO:<address>\r\n"
+            self.rcpt_to.append(path)
+            return b"250 2.1.5 Ok\r\n"
+        if verb == "DATA":
+            if arg.strip():
+                return b"501 5.5.4 Syntax: DATA\r\n"
+            if not self.rcpt_to:
+                return b"503 5.5.1 Error: need RCPT command\r\n"
+            self.in_data = True
+            return b"354 End data with <CR><LF>.<CR><LF>\r\n"
+        if verb == "RSET":
+            self._reset()
+            return b"250 2.0.0 Ok\r\n"
+        if verb == "NOOP":
+            return b"250 2.0.0 Ok\r\n"
+        if verb == "QUIT":
+            self.closed = True
+            return b"221 2.0.0 Bye\r\n"
+        if verb == "VRFY":
+            return b"252 2.0.0 Cannot VRFY user\r\n"
+        return b"500 5.5.2 Error: command not recognized\r\n"
+
+
+def _path(arg: str, keyword: str) -> str | None:
+    """The address of ``FROM:<a>`` / ``TO:<a>``; ESMTP parameters after it are ignored."""
+    if not arg[:len(keyword)].upper() == keyword:
+        return None
+    m = _PATH.match(arg[len(keyword):])
+    return None if m is None else m.group(1)
+
+
+class SmtpServer:
+    """SMTP over non-blocking usertcp sockets; the greeting is preloaded on the listener."""
+
+    def __init__(self, host: Host, address: tuple[str, int], *, hostname: str = "usertcp.test",
+                 preload: bool = True, fastopen_qlen: int = 0) -> None:
+        self.host = host
+        self.hostname = hostname
+        self.preload = preload
+        self.messages: list[Message] = []
+        self.wakeups = 0                   # poll rounds that found work
+        self.sock = host.socket()
+        self.sock.setblocking(False)
+        self.sock.bind(address)
+        self.sock.listen(128)
+        lst = self.sock.listener
+        if fastopen_qlen and lst is not None:
+            lst.fastopen_qlen = fastopen_qlen  # what setsockopt(TCP_FASTOPEN) maps to
+        self.sessions: dict[Socket, tuple[SmtpSession, bytearray]] = {}
+        if preload:
+            self.sock.send(self._session().greeting(), sockets.MSG_PRELOAD)
+        self._stop = threading.Event()
+
+    def _session(self) -> SmtpSession:
+        return SmtpSession(self.hostname, self.messages)
+
+    def poll(self, timeout: float | None) -> bool:
+        """One select() round: accept, read, reply. False if nothing was ready."""
+        rlist = [self.sock, *self.sessions]
+        wlist = [s for s, (_, out) in self.sessions.items() if out]
+        r, w, _ = sockets.select(rlist, wlist, [], timeout)
+        if not r and not w:
+            return False
+        self.wakeups += 1
+        if self.sock in r:
+            self._accept()
+        for s in r:
+            if s is not self.sock and s in self.sessions:
+                self._read(s)
+        for s in w:
+            if s in self.sessions:
+                self._flush(s)
+        return True
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                child, _addr = self.sock.accept()
+            except BlockingIOError:
+                return
+            child.setblocking(False)
+            out = bytearray()
+            if not self.preload:
+                out += self._session().greeting()   # the classic accept-then-send
+            self.sessions[child] = (self._session(), out)
+            self._flush(child)
+
+    def _read(self, s: Socket) -> None:
+        session, out = self.sessions[s]
+        try:
+            data = s.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(s)
+            return
+        if not data:
+            self._drop(s)
+            return
+        out += session.feed(data)
+        self._flush(s)
+
+    def _flush(self, s: Socket) -> None:
+        session, out = self.sessions[s]
+        try:
+            while out:
+                n = s.send(bytes(out))
+                del out[:n]
+        except BlockingIOError:
+            return
+        except OSError as e:
+            if e.errno not in (errno.EPIPE, errno.ECONNRESET):
+                raise
+            self._drop(s)
+            return
+        if session.closed:
+            self._drop(s)
+
+    def _drop(self, s: Socket) -> None:
+        self.sessions.pop(s, None)
+        s.close()
+
+    def serve(self, interval: float = 0.05) -> None:
+        """Poll until :meth:`stop` (for a thread with the real-time driver)."""
+        while not self._stop.is_set():
+            self.poll(interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        for s in list(self.sessions):
+            self._drop(s)
+        self.sock.close()
