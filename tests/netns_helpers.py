@@ -165,3 +165,86 @@ def wait_socket_error(sock: socket.socket, timeout: float = 5.0) -> int:
     _, w, _ = select.select([], [sock], [], timeout)
     assert w, "connect did not finish"
     return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+
+
+# -- `usertcp serve` as a subprocess in a namespace (tests/test_kernel_interop.py) -------------------
+
+
+def serve_command() -> list[str]:
+    """``python -m usertcp serve`` once the CLI registers it, else the module's own entry point."""
+    import sys
+
+    from usertcp import cli
+
+    if "serve" in cli.COMMANDS:
+        return [sys.executable, "-m", "usertcp", "serve"]
+    return [sys.executable, "-m", "usertcp.apps.serve"]
+
+
+class ServeProcess:
+    """``ip netns exec NS python -m usertcp serve ARGS``: started, waited for its ``ready`` line,
+    and stopped with SIGTERM (SIGKILL after ``stop_timeout``) on exit, even on failure."""
+
+    def __init__(self, ns: str, *args: str, ready_timeout: float = 20.0, stop_timeout: float = 15.0) -> None:
+        import subprocess
+        import threading
+
+        self.ns = ns
+        self.args = list(args)
+        self.stop_timeout = stop_timeout
+        self.ready: list[str] = []
+        self.stdout: list[str] = []
+        self.stderr = ""
+        self.returncode: int | None = None
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+        path = os.path.abspath(src) + os.pathsep + os.environ.get("PYTHONPATH", "")
+        env = {**os.environ, "PYTHONPATH": path}
+        # `ip netns exec` execs the command: the pid is python's, so signals reach serve itself.
+        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, *serve_command(), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self._ready = threading.Event()
+        self._err_chunks: list[str] = []
+        self._t_out = threading.Thread(target=self._read_stdout, daemon=True)
+        self._t_err = threading.Thread(target=self._read_stderr, daemon=True)
+        self._t_out.start()
+        self._t_err.start()
+        if not self._ready.wait(ready_timeout) or not self.ready:
+            self.stop()
+            raise RuntimeError(f"serve did not get ready (rc={self.returncode}): {self.stderr[-3000:]}")
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.stdout.append(line)
+            if line.startswith("ready "):
+                self.ready.append(line.split()[1])
+                self._ready.set()
+        self._ready.set()    # EOF: died before (or after) ready
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._err_chunks.append(line)
+
+    def stop(self) -> int:
+        import signal
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._t_out.join(5)
+        self._t_err.join(5)
+        self.stderr = "".join(self._err_chunks)
+        self.returncode = self.proc.returncode
+        return self.returncode
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

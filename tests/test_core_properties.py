@@ -25,7 +25,7 @@ from pair import make_pair
 from peer import PEER_ISN, ScriptedPeer
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.config import StackConfig
-from usertcp.tcp.connection import SENDING, Connection, State
+from usertcp.tcp.connection import SENDING, SYNCHRONIZED, Connection, State
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import ACK, FIN, PSH, RST, SYN, URG
 from usertcp.wire.tcp import encode_options
@@ -88,7 +88,8 @@ event_st = st.one_of(
     st.fixed_dictionaries({"kind": st.just("advance"),
                            "dt": st.sampled_from([0.001, 0.05, 0.25, 1.0, 3.0, 30.0])}),
     st.fixed_dictionaries({"kind": st.just("send"), "n": st.integers(1, 5000)}),
-    st.fixed_dictionaries({"kind": st.just("app"), "op": st.sampled_from(["recv"] * 6 + ["shutdown", "close"])}),
+    st.fixed_dictionaries({"kind": st.just("app"),
+                           "op": st.sampled_from(["recv"] * 6 + ["shutdown", "close"])}),
 )
 
 HANDSHAKE_OPTIONS = {
@@ -131,7 +132,7 @@ class Checker:
             assert stack.connections.get(self.conn.key) is not self.conn
         self.read()
         n = len(self.delivered)
-        assert bytes(self.delivered) == stream_bytes(1, n), f"recv() data diverged from the stream ({n} bytes)"
+        assert bytes(self.delivered) == stream_bytes(1, n), f"recv() diverged from the stream ({n} bytes)"
 
 
 def build_event_packet(peer: ScriptedPeer, conn: Connection, ev: dict) -> bytes:
@@ -153,6 +154,18 @@ def build_event_packet(peer: ScriptedPeer, conn: Connection, ev: dict) -> bytes:
                        seq=(PEER_ISN + seq_off) & MASK, ack=(peer.local_isn + ack_off) & MASK,
                        flags=flags, window=ev["win"], options=options, payload=[payload] if payload else [])
     return pkt.tobytes()
+
+
+def beyond_window(conn: Connection, ev: dict) -> bool:
+    """True if the (unflipped) event segment lies wholly outside the receive window."""
+    if ev["port"] != "conn" or conn.state not in SYNCHRONIZED or ev["flags"] & SYN:
+        return False
+    d = (ev["seq"] + (1 << 31)) % (1 << 32) - (1 << 31)      # how the stack reads it: seq_diff
+    wnd = max(conn.rcv_adv - conn.rcv_nxt, 0)
+    seg_len = ev["plen"] + (1 if ev["flags"] & FIN else 0)
+    if wnd == 0:
+        return d != 0 or seg_len > 0
+    return d >= wnd or d + max(seg_len, 1) <= 0
 
 
 def flip(data: bytes, where: int, trusted: bool) -> bytes:
@@ -184,9 +197,12 @@ def run_events(events: list[dict], handshake: str) -> None:
         if kind == "seg":
             data = build_event_packet(peer, conn, ev)
             is_rst = bool(ev["flags"] & RST)
+            beyond = beyond_window(conn, ev)
+            rcv_nxt, ooo, state = conn.rcv_nxt, conn.ooo.bytes_queued, conn.state
             if ev["flip"] is not None:
                 data = flip(data, ev["flip"], ev["flip_trusted"])
                 is_rst = bool(data[33] & RST)
+                beyond = False
                 peer.inject(data, checksum_verified=ev["flip_trusted"])
             else:
                 peer.inject(data)
@@ -194,6 +210,12 @@ def run_events(events: list[dict], handshake: str) -> None:
             if is_rst:
                 # RFC 9293 §3.10.7: a segment carrying RST is never answered with a RST.
                 assert not any(s.seg.flags & RST for s in out), [peer.describe(s) for s in out]
+            if beyond:
+                # RFC 9293 §3.10.7.4 first: an unacceptable segment is dropped (at most an
+                # ACK goes back); RFC 5961 §3.2: an out-of-window RST is dropped silently.
+                assert (conn.rcv_nxt, conn.ooo.bytes_queued, conn.state) == (rcv_nxt, ooo, state), ev
+                if is_rst:
+                    assert not out, [peer.describe(s) for s in out]
         elif kind == "good":
             opts = encode_options(ts=(peer_ts + int(peer.now * 1000), conn.ts_recent)) if conn.ts_ok else b""
             flags = "P." if ev["plen"] else "."
@@ -231,7 +253,8 @@ def run_events(events: list[dict], handshake: str) -> None:
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(events=st.lists(event_st, min_size=10, max_size=60), handshake=st.sampled_from(sorted(HANDSHAKE_OPTIONS)))
+@given(events=st.lists(event_st, min_size=10, max_size=60),
+       handshake=st.sampled_from(sorted(HANDSHAKE_OPTIONS)))
 def test_random_segments_keep_invariants(events: list[dict], handshake: str) -> None:
     run_events(events, handshake)
 
@@ -265,7 +288,8 @@ def attack_segment(c: Connection, rng: random.Random) -> tuple[str, bytes]:
     seq = rcv_nxt + rng.randint(0, wnd - 1)
     if kind == "data":
         # In-window data with an unacceptable ACK: RFC 5961 §5.2 -> discarded.
-        return kind, spoof(c, seq=seq, ack=bad_ack, flags=ACK | PSH, payload=rng.randbytes(rng.randint(1, 1000)))
+        junk = rng.randbytes(rng.randint(1, 1000))
+        return kind, spoof(c, seq=seq, ack=bad_ack, flags=ACK | PSH, payload=junk)
     return kind, spoof(c, seq=seq, ack=bad_ack, flags=ACK)
 
 

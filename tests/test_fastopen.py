@@ -33,7 +33,7 @@ def cfg(bits: int = TFO_CLIENT_ENABLE | TFO_SERVER_ENABLE, **kw: object) -> Stac
 
 
 def tfo(bits: int = TFO_CLIENT_ENABLE | TFO_SERVER_ENABLE, qlen: int = 8, **kw: object) -> tuple[Stack, Peer]:
-    st, lst = server(cfg(bits, **kw), b"", fastopen_qlen=qlen)
+    st, _lst = server(cfg(bits, **kw), b"", fastopen_qlen=qlen)
     return st, Peer(st)
 
 
@@ -79,7 +79,7 @@ def test_invalid_cookie_gets_fresh_cookie_and_data_not_acked() -> None:
 
 def test_data_without_option_gets_no_cookie() -> None:
     """Commit 531c94a: no TFO option in the SYN, no cookie in the SYN-ACK."""
-    st, peer = tfo()
+    _st, peer = tfo()
     peer.syn(payload=b"data")
     sa = peer.synack()
     assert sa.fastopen is None and sa.ack == peer.isn + 1
@@ -132,13 +132,13 @@ def test_qlen_zero_disables_and_negative_rejected() -> None:
 
 
 def test_server_bit_off_ignores_tfo() -> None:
-    st, peer = tfo(bits=TFO_CLIENT_ENABLE)
+    _st, peer = tfo(bits=TFO_CLIENT_ENABLE)
     peer.syn(cookie=b"")
     assert peer.synack().fastopen is None
 
 
 def test_cookie_not_required_bit() -> None:
-    st, peer = tfo(bits=TFO_SERVER_ENABLE | TFO_SERVER_COOKIE_NOT_REQD)
+    _st, peer = tfo(bits=TFO_SERVER_ENABLE | TFO_SERVER_COOKIE_NOT_REQD)
     peer.syn(payload=b"no cookie")
     sa = peer.synack()
     assert sa.ack == peer.isn + 1 + 9 and sa.fastopen is None
@@ -250,7 +250,7 @@ def test_client_requests_cookie_then_sends_data_in_syn() -> None:
 
 
 def test_client_fallback_when_server_ignores_tfo() -> None:
-    pair, lst, syns = client_pair(server_bits=0)
+    pair, lst, _syns = client_pair(server_bits=0)
     hooks = fastopen.install(pair.a)
     c = pair.a.create_connection(B_ADDR, 80)
     fastopen.tfo_connect(c, b"hello", pair.now)
@@ -297,7 +297,8 @@ def test_client_syn_retransmission_carries_no_data() -> None:
                           options=encode_options(mss=1460))
     st.receive(synack.tobytes(), 1.2)
     out = [parse_packet(p.tobytes()) for p in st.datagrams_to_send()]
-    assert [(s.seq, bytes(s.payload)) for s in out if len(s.payload)] == [((isn + 1) & 0xFFFFFFFF, b"payload")]
+    sent = [(s.seq, bytes(s.payload)) for s in out if len(s.payload)]
+    assert sent == [((isn + 1) & 0xFFFFFFFF, b"payload")]
     assert c.state is State.ESTABLISHED and not c.syn_data_acked
 
 
@@ -323,9 +324,10 @@ def test_tfo_with_loss_still_delivers_everything() -> None:
             cookie=tfo_cookie(KEY, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])))
         c = pair.a.create_connection(B_ADDR, 80)
         fastopen.tfo_connect(c, b"EHLO x\r\n", 0.0)
-        assert pair.driver.run_until(lambda: c.readable_bytes >= 12 and bool(lst.accept_queue), 120)
+        assert pair.driver.run_until(
+            lambda c=c, lst=lst: c.readable_bytes >= 12 and bool(lst.accept_queue), 120)
         s = lst.accept()
         assert s is not None
-        assert pair.driver.run_until(lambda: s.readable_bytes >= 8, 120)
+        assert pair.driver.run_until(lambda s=s: s.readable_bytes >= 8, 120)
         assert c.recv(100, pair.now) == b"220 banner\r\n" and s.recv(100, pair.now) == b"EHLO x\r\n"
 

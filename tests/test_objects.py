@@ -599,3 +599,14 @@ def test_rings_in_threads_share_a_store_on_a_real_time_driver() -> None:
             assert store.used == 0 and store.objects == 0
         store.close()
         assert store.is_empty()
+
+
+def test_objects_benchmark_reports_every_figure() -> None:
+    from usertcp.bench import objects as bench
+
+    r = bench.run(total=1 << 20, send_total=1 << 20, ranges_total=256 << 10)
+    assert set(r["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
+    assert list(r["sender_cpu_s_per_gb"]["objsend"]) == ["1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB"]
+    assert all(v > 0 for v in r["receiver_cpu_s_per_gb"].values())
+    assert r["anchors"]["send_1k_8_ranges_vs_1_times_cheaper"] == 3.6
+    assert "send_1k_8_ranges_vs_1_times_cheaper" in r["ours"]

@@ -86,7 +86,8 @@ def data_of(segs: list[Segment], server_isn: int) -> dict[int, bytes]:
     return {(s.seq - server_isn) & M32: bytes(s.payload) for s in segs if len(s.payload)}
 
 
-def server(cfg: StackConfig | None = None, preload: bytes = BANNER, **lst_attrs: int) -> tuple[Stack, Listener]:
+def server(cfg: StackConfig | None = None, preload: bytes = BANNER,
+           **lst_attrs: int) -> tuple[Stack, Listener]:
     st = Stack([SERVER], cfg or StackConfig(random_ts_offset=False))
     lst = st.listen(25)
     for k, v in lst_attrs.items():

@@ -457,7 +457,10 @@ class UsertcpTransport(asyncio.Transport):
         if self._lost:
             return
         conn = self._conn
-        if conn.error:
+        if conn.fin_received and not self._eof_received and conn.collector is None \
+                and not self._closing:
+            self._schedule_read()      # deliver the data and the EOF first
+        elif conn.error:
             self._fatal(OSError(conn.error, os.strerror(conn.error)))
         elif conn.state is State.CLOSED and not conn.readable_bytes:
             self._finish(None)
@@ -598,7 +601,7 @@ class UsertcpTransport(asyncio.Transport):
             self._driver.kick_soon()
         self._finish(None)
 
-    def _fatal(self, exc: BaseException) -> None:
+    def _fatal(self, exc: Exception) -> None:
         self._closing = True
         self._buf.clear()
         self._buf_size = 0
@@ -616,7 +619,7 @@ class UsertcpTransport(asyncio.Transport):
         if conn.on_writable == self._on_writable:
             conn.on_writable = None
 
-    def _finish(self, exc: BaseException | None) -> None:
+    def _finish(self, exc: Exception | None) -> None:
         """connection_lost(exc), once, from the loop (never from inside a caller's call)."""
         if self._lost:
             return
@@ -625,7 +628,7 @@ class UsertcpTransport(asyncio.Transport):
         self._detach()
         self._loop.call_soon(self._call_connection_lost, exc)
 
-    def _call_connection_lost(self, exc: BaseException | None) -> None:
+    def _call_connection_lost(self, exc: Exception | None) -> None:
         try:
             self._protocol.connection_lost(exc)
         finally:
@@ -732,7 +735,7 @@ class Server(asyncio.AbstractServer):
         if self._serving or self._closed:
             return
         self._serving = True
-        self.listener.on_accept_ready = lambda _lst: self._loop.call_soon(self._accept_ready)
+        self.listener.on_accept_ready = self._on_accept_ready
         self._remove_hook = self._driver.add_hook(self._accept_ready)   # also catches TFO children
         self._loop.call_soon(self._accept_ready)
 
@@ -788,6 +791,9 @@ class Server(asyncio.AbstractServer):
         return n
 
     # -- internals ---------------------------------------------------------------------
+
+    def _on_accept_ready(self, _lst: Listener) -> None:
+        self._loop.call_soon(self._accept_ready)
 
     def _accept_ready(self) -> None:
         lst = self.listener

@@ -40,6 +40,12 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "throughput": ("usertcp.bench.throughput",
                    "stack-to-stack bulk transfer in virtual time, per CPU second and per segment"),
     "checksum": ("usertcp.bench.checksum", "Internet checksum, segment parse and build"),
+    "objects": ("usertcp.bench.objects",
+                "receiver/sender CPU per GB: recv() vs capture vs DISCARD, send() vs OBJ_SEND, ranges"),
+    "preload": ("usertcp.bench.preload",
+                "banner latency in RTTs and wake-ups: accept-then-send vs preload vs preload+TFO"),
+    "fastpath": ("usertcp.bench.fastpath",
+                 "receive cost per segment with header prediction on and off, plain and TCP-MD5"),
 }
 
 

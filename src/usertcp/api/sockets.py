@@ -40,18 +40,74 @@ from typing import Any, Final, Protocol, TypeVar, cast
 import usertcp
 from usertcp.tcp.congestion import create_congestion_control
 from usertcp.tcp.connection import Connection, State
+from usertcp.tcp.fastopen import cookie_cached, tfo_connect
+from usertcp.tcp.md5sig import Md5Keys, build_tcp_md5sig, parse_tcp_md5sig
 from usertcp.tcp.stack import EPHEMERAL_PORTS, Listener, Stack
 
 __all__ = [
-    "AF_INET", "AF_INET6", "IPPROTO_IP", "IPPROTO_IPV6", "IPPROTO_TCP", "MSG_DONTWAIT", "MSG_FASTOPEN",
-    "MSG_MORE", "MSG_NOSIGNAL", "MSG_OOB", "MSG_PEEK", "MSG_PRELOAD", "MSG_WAITALL", "SHUT_RD", "SHUT_RDWR",
-    "SHUT_WR", "SOCK_CLOEXEC", "SOCK_DGRAM", "SOCK_NONBLOCK", "SOCK_RAW", "SOCK_STREAM", "SOL_SOCKET",
-    "SO_ACCEPTCONN", "SO_ERROR", "SO_KEEPALIVE", "SO_LINGER", "SO_RCVBUF", "SO_REUSEADDR", "SO_SNDBUF",
-    "SO_TYPE", "TCP_CONGESTION", "TCP_CORK", "TCP_INFO", "TCP_KEEPCNT", "TCP_KEEPIDLE", "TCP_KEEPINTVL",
-    "TCP_MAXSEG", "TCP_NODELAY", "TCP_USER_TIMEOUT", "AddressFamily", "Host", "Socket", "SocketDriver",
-    "SocketKind", "SocketType", "create_connection", "create_server", "error", "gaierror",
-    "get_default_host", "getdefaulttimeout", "has_ipv6", "select", "set_default_host", "setdefaulttimeout",
-    "socket", "timeout", "use_host",
+    "AF_INET",
+    "AF_INET6",
+    "IPPROTO_IP",
+    "IPPROTO_IPV6",
+    "IPPROTO_TCP",
+    "MSG_DONTWAIT",
+    "MSG_FASTOPEN",
+    "MSG_MORE",
+    "MSG_NOSIGNAL",
+    "MSG_OOB",
+    "MSG_PEEK",
+    "MSG_PRELOAD",
+    "MSG_WAITALL",
+    "SHUT_RD",
+    "SHUT_RDWR",
+    "SHUT_WR",
+    "SOCK_CLOEXEC",
+    "SOCK_DGRAM",
+    "SOCK_NONBLOCK",
+    "SOCK_RAW",
+    "SOCK_STREAM",
+    "SOL_SOCKET",
+    "SO_ACCEPTCONN",
+    "SO_ERROR",
+    "SO_KEEPALIVE",
+    "SO_LINGER",
+    "SO_RCVBUF",
+    "SO_REUSEADDR",
+    "SO_SNDBUF",
+    "SO_TYPE",
+    "TCP_CONGESTION",
+    "TCP_CORK",
+    "TCP_FASTOPEN",
+    "TCP_FASTOPEN_CONNECT",
+    "TCP_FASTOPEN_KEY",
+    "TCP_FASTOPEN_NO_COOKIE",
+    "TCP_INFO",
+    "TCP_KEEPCNT",
+    "TCP_KEEPIDLE",
+    "TCP_KEEPINTVL",
+    "TCP_MAXSEG",
+    "TCP_MD5SIG",
+    "TCP_NODELAY",
+    "TCP_USER_TIMEOUT",
+    "AddressFamily",
+    "Host",
+    "Socket",
+    "SocketDriver",
+    "SocketKind",
+    "SocketType",
+    "create_connection",
+    "create_server",
+    "error",
+    "gaierror",
+    "get_default_host",
+    "getdefaulttimeout",
+    "has_ipv6",
+    "select",
+    "set_default_host",
+    "setdefaulttimeout",
+    "socket",
+    "timeout",
+    "use_host",
 ]
 
 
@@ -97,6 +153,12 @@ TCP_KEEPCNT: Final = 6
 TCP_INFO: Final = 11
 TCP_CONGESTION: Final = 13
 TCP_USER_TIMEOUT: Final = 18
+TCP_MD5SIG: Final = 14
+TCP_FASTOPEN: Final = 23
+TCP_FASTOPEN_CONNECT: Final = 30
+TCP_FASTOPEN_KEY: Final = 33
+TCP_FASTOPEN_NO_COOKIE: Final = 34
+TCP_MD5SIG_EXT: Final = 32
 
 MSG_OOB: Final = 0x1
 MSG_PEEK: Final = 0x2
@@ -327,6 +389,12 @@ class Socket:
         self._explicit_bind = False
         self._reuseaddr = False
         self._error = 0                 # a failed connect's error once its connection is gone
+        self._md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys (per peer), Linux semantics
+        self._tfo_qlen = 0              # TCP_FASTOPEN, applied at listen()
+        self._tfo_key: bytes | None = None
+        self._tfo_no_cookie = False
+        self._tfo_connect = False       # TCP_FASTOPEN_CONNECT: the SYN waits for the first write
+        self._tfo_deferred = False      # connect() returned with the SYN not yet sent
         self._linger: tuple[int, int] = (0, 0)
         # Connection attributes set by options: applied to the Connection when it exists,
         # and put in listener.options for accepted children (Linux inherits them).
@@ -513,6 +581,13 @@ class Socket:
                 self._host._register(self, self._bound_port)
             lst = self._host.stack.listen(self._bound_port, address=self._bound_ip, backlog=backlog)
             lst.options.update(self._conn_opts)
+            lst.md5_keys = self._md5_keys
+            if self._tfo_key is not None:
+                lst.set_fastopen_key(self._tfo_key)
+            if self._tfo_no_cookie:
+                lst.fastopen_no_cookie = True
+            if self._tfo_qlen:
+                lst.fastopen_qlen = self._tfo_qlen
             self._listener = lst
 
     def accept(self) -> tuple[Socket, tuple[Any, ...]]:
@@ -573,6 +648,12 @@ class Socket:
             if self._listener is not None or self._connected:
                 raise _oserror(errno.EISCONN)
             conn = self._conn
+            if conn is None and self._tfo_connect and cookie_cached(self._host.stack, ip or b""):
+                # Linux TCP_FASTOPEN_CONNECT: connect() returns at once; the SYN leaves
+                # with the first write, carrying its data (tcp_fastopen_defer_connect).
+                conn = self._start_connect(ip, port, drv.now(), defer=True)
+                self._connected = True
+                return conn
             if conn is None:
                 conn = self._start_connect(ip, port, drv.now())
                 if nonblocking or self._timeout == 0.0:
@@ -601,7 +682,8 @@ class Socket:
 
         return self._run(attempt, ready, eagain=errno.EALREADY)
 
-    def _start_connect(self, ip: bytes | None, port: int, now: float) -> Connection:
+    def _start_connect(self, ip: bytes | None, port: int, now: float, *, defer: bool = False,
+                       data: Any = None) -> Connection:
         if ip is None:
             raise _oserror(errno.EADDRNOTAVAIL, "cannot connect to the unspecified address")
         if port == 0:
@@ -612,7 +694,12 @@ class Socket:
         local_port = self._bound_port or self._host._pick_port()
         conn = stack.create_connection(ip, port, local=self._bound_ip, local_port=local_port)
         self._apply_options(conn)
-        stack.connect(conn, now)
+        if defer:
+            self._tfo_deferred = True
+        elif data is not None or self._tfo_connect:
+            tfo_connect(conn, b"" if data is None else data, now)
+        else:
+            stack.connect(conn, now)
         if not self._bound_port:
             self._bound_port = local_port
             self._host._register(self, local_port)
@@ -630,6 +717,7 @@ class Socket:
     def _apply_options(self, conn: Connection) -> None:
         for name, value in self._conn_opts.items():
             setattr(conn, name, value)
+        conn.md5_keys = self._md5_keys
         if self._cc_name is not None:
             conn.cc = create_congestion_control(self._cc_name, conn.mss)
 
@@ -662,12 +750,19 @@ class Socket:
         payload: Any = data if isinstance(data, bytes) else view
 
         def attempt(now: float) -> int | _Blocked:
+            if self._tfo_deferred and self._conn is not None:
+                self._tfo_deferred = False
+                n = tfo_connect(self._conn, payload, now)
+                self._kick()
+                return n
             conn = self._writable_conn()
-            if conn.state in _CONNECTING:
+            if conn.state in _CONNECTING and not (conn.state is State.SYN_RECEIVED and conn.tfo is not None):
                 return _BLOCK
             if conn.send_space <= 0 and len(view):
                 return _BLOCK
             n = conn.send(payload, now, more=more)
+            if conn.state is State.SYN_RECEIVED:
+                conn.output(now)        # a fast-open child may send before the 3rd ACK (Linux)
             self._kick()
             return n
 
@@ -742,9 +837,8 @@ class Socket:
             self._check_open()
             if self._listener is not None:
                 raise _oserror(errno.EISCONN)
-            conn = self._start_connect(ip, port, drv.now())
-            n = conn.send(data if isinstance(data, bytes) else view, drv.now(),
-                          more=bool(flags & MSG_MORE))
+            conn = self._start_connect(ip, port, drv.now(), data=bytes(view))
+            n = len(conn.snd_buf)
         self._kick()
         if self._timeout == 0.0 or flags & MSG_DONTWAIT:
             return n
@@ -763,6 +857,9 @@ class Socket:
             conn = self._conn
             if conn is None:
                 raise _oserror(errno.ENOTCONN)
+            if conn.collector is not None:
+                # The receive side belongs to a payload-object collector (objects ring COLLECT).
+                raise _oserror(errno.EBUSY, "the socket's receive side is claimed by a collector")
             if n == 0:
                 return b"" if into is None else 0
             if conn.state in _CONNECTING:
@@ -977,6 +1074,17 @@ class Socket:
             return
         if optname == TCP_INFO:
             raise _oserror(errno.ENOPROTOOPT, "TCP_INFO is read-only")
+        if optname in (TCP_MD5SIG, TCP_MD5SIG_EXT):
+            self._set_md5sig(bytes(_as_bytes_view(value)), ext=optname == TCP_MD5SIG_EXT)
+            return
+        if optname == TCP_FASTOPEN_KEY:
+            key = bytes(_as_bytes_view(value))
+            if len(key) not in (16, 32):
+                raise _oserror(errno.EINVAL, "TCP_FASTOPEN_KEY takes 16 bytes (or 32: primary+backup)")
+            self._tfo_key = key
+            if self._listener is not None:
+                self._listener.set_fastopen_key(key)
+            return
         v = _int_value(value)
         if optname == TCP_NODELAY:
             self._set_conn_attr("nodelay", bool(v))
@@ -997,8 +1105,41 @@ class Socket:
             if v < 0:
                 raise _oserror(errno.EINVAL, "TCP_USER_TIMEOUT must be >= 0 (milliseconds)")
             self._set_conn_attr("user_timeout", v / 1000.0)
+        elif optname == TCP_FASTOPEN:
+            if v < 0:
+                raise _oserror(errno.EINVAL, "TCP_FASTOPEN queue length must be >= 0")
+            self._tfo_qlen = v
+            if self._listener is not None:
+                self._listener.fastopen_qlen = v
+        elif optname == TCP_FASTOPEN_CONNECT:
+            if self._conn is not None:
+                raise _oserror(errno.EISCONN)
+            self._tfo_connect = bool(v)
+        elif optname == TCP_FASTOPEN_NO_COOKIE:
+            self._tfo_no_cookie = bool(v)
+            if self._listener is not None:
+                self._listener.fastopen_no_cookie = bool(v)
         else:
             raise _oserror(errno.ENOPROTOOPT, f"IPPROTO_TCP option {optname} not supported")
+
+    def _set_md5sig(self, value: bytes, *, ext: bool) -> None:
+        """TCP_MD5SIG with Linux's ``struct tcp_md5sig`` bytes; a zero key length deletes."""
+        addr, prefixlen, key = parse_tcp_md5sig(value, ext=ext)
+        if self._md5_keys is None:
+            self._md5_keys = Md5Keys()
+        if key:
+            self._md5_keys.add(addr, key, prefixlen)
+        elif not self._md5_keys.delete(addr, prefixlen):
+            raise _oserror(errno.ENOENT, "no TCP_MD5SIG key for that peer")
+        if self._listener is not None:
+            self._listener.md5_keys = self._md5_keys
+        if self._conn is not None and self._conn.state is not State.CLOSED:
+            self._conn.md5_keys = self._md5_keys
+
+    def add_md5_key(self, peer: str, key: bytes, prefixlen: int | None = None) -> None:
+        """The plain-Python form of TCP_MD5SIG: sign everything to/from ``peer`` with ``key``."""
+        with self._host.driver.lock:
+            self._set_md5sig(build_tcp_md5sig(peer, key, prefixlen), ext=prefixlen is not None)
 
     def _set_congestion(self, value: Any) -> None:
         if isinstance(value, str):
@@ -1084,6 +1225,12 @@ class Socket:
             return int(self._opt("keepalive_probes", cfg.keepalive_probes))
         if optname == TCP_USER_TIMEOUT:
             return round(float(self._opt("user_timeout", 0.0)) * 1000)
+        if optname == TCP_FASTOPEN:
+            return self._listener.fastopen_qlen if self._listener is not None else self._tfo_qlen
+        if optname == TCP_FASTOPEN_CONNECT:
+            return int(self._tfo_connect)
+        if optname == TCP_FASTOPEN_NO_COOKIE:
+            return int(self._tfo_no_cookie)
         raise _oserror(errno.ENOPROTOOPT, f"IPPROTO_TCP option {optname} not supported")
 
     def _opt(self, name: str, default: Any) -> Any:
@@ -1215,8 +1362,8 @@ def _readable(s: Socket) -> bool:
     conn = s._conn
     if conn is None:
         return True    # recv fails at once with ENOTCONN
-    if conn.state in _CONNECTING:
-        return False
+    if conn.state in _CONNECTING or conn.collector is not None:
+        return False    # a collected socket's bytes belong to the object ring (recv gets EBUSY)
     return conn.readable_bytes > 0 or _eof_or_error(conn)
 
 

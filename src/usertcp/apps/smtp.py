@@ -152,7 +152,7 @@ class SmtpSession:
 
 def _path(arg: str, keyword: str) -> str | None:
     """The address of ``FROM:<a>`` / ``TO:<a>``; ESMTP parameters after it are ignored."""
-    if not arg[:len(keyword)].upper() == keyword:
+    if arg[:len(keyword)].upper() != keyword:
         return None
     m = _PATH.match(arg[len(keyword):])
     return None if m is None else m.group(1)

@@ -32,6 +32,8 @@ __all__ = [
 # defaults.sh settings the core does not expose as knobs because its behaviour already is the
 # Linux default they select (no FACK, RACK on, no ECN, no pacing, cubic...).  Accepted only with
 # exactly the profile's value: any other value is a behaviour change we cannot model.
+# (tcp_tso_win_divisor is accepted with any value: it only tunes TSO deferral, which a stack
+# without TSO never does.)
 PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
     key: value
     for key, value in SYSCTL_DEFAULTS.items()
@@ -41,7 +43,6 @@ PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
         "tcp_fack",
         "tcp_early_retrans",
         "tcp_recovery",
-        "tcp_tso_win_divisor",
         "tcp_ecn",
         "tcp_ecn_option",
         "tcp_pacing_ss_ratio",
@@ -74,7 +75,7 @@ def linux_config(ip_version: str = "ipv4") -> StackConfig:
     )
     cfg.mtu = ADDRESS_DEFAULTS[ip_version].mtu
     for key, value in SYSCTL_DEFAULTS.items():
-        if key not in PROFILE_ONLY_SYSCTLS:
+        if key not in PROFILE_ONLY_SYSCTLS and not key.endswith("tcp_tso_win_divisor"):
             if not cfg.apply_sysctl(key, sysctl_text(value)):
                 raise AssertionError(f"profile sysctl {key} is not modelled")  # pragma: no cover
     return cfg
@@ -87,6 +88,7 @@ _HARMLESS = (
     re.compile(r"^tc\s+qdisc\s+del(ete)?\s+dev\s+\S+\s+root$"),
     re.compile(r"^(/tmp/)?sysctl_restore_\S*\.sh$"),  # our stack dies with the script
     re.compile(r"^true$|^:$"),
+    re.compile(r"^ethtool\s+-K\s+\S+(\s+(tso|gso|gro)\s+off)+$"),  # no offloads: the stack segments itself
 )
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
@@ -105,13 +107,19 @@ class Environment:
 
     def run(self, command: str) -> None:
         """Execute one backtick command; raise Unsupported or CommandError."""
-        text = command.replace("${PPID}", "PPID").replace("$PPID", "PPID")
+        text = command.replace("\\\n", " ").replace("${PPID}", "PPID").replace("$PPID", "PPID")
         for statement in re.split(r"\n|;|&&", text):
             statement = statement.strip()
             if statement:
                 self._statement(statement)
 
     def _statement(self, statement: str) -> None:
+        try:
+            self._parse_statement(statement)
+        except ValueError as exc:  # shlex: unbalanced quotes and the like
+            raise Unsupported(f"command not understood: {statement!r} ({exc})") from exc
+
+    def _parse_statement(self, statement: str) -> None:
         stages = [s.strip() for s in statement.split("|")]
         if len(stages) > 1 or stages[0].startswith(("grep ", "nstat")):
             self._pipeline(stages, statement)
@@ -145,6 +153,8 @@ class Environment:
         name = sysctl_name(key)
         if self.stack_getter() is not None and name.endswith(("tcp_rmem", "tcp_wmem")):
             pass  # Linux applies buffer sysctls to new sockets only; so does our config
+        if name == "net.ipv4.tcp_tso_win_divisor":
+            return
         profile = PROFILE_ONLY_SYSCTLS.get(name)
         if profile is not None:
             if value.strip() == sysctl_text(profile):
@@ -239,7 +249,8 @@ class Environment:
                     (addr(conn.local_ip, conn.local_port), addr(conn.remote_ip, conn.remote_port),
                      _LINUX_STATE.get(conn.state, 0x07))
                 )  # fmt: skip
-        return [f"{i:4}: {local} {remote} {st:02X}" for i, (local, remote, st) in enumerate(rows)]
+        tail = "00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 100 0 0 10 0"
+        return [f"{i:4}: {local} {remote} {st:02X} {tail}" for i, (local, remote, st) in enumerate(rows)]
 
 
 _LINUX_STATE = {

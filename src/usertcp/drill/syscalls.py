@@ -193,6 +193,7 @@ class Syscalls:
         self.host = host
         self.fds: dict[int, Sock] = {}
         self.last_sock: Sock | None = None
+        self.fd_hint: int | None = None  # packetdrill: the script's expected result names the new fd
 
     # The stack the host runs; looked up each time (it is created after the init command).
     @property
@@ -213,6 +214,9 @@ class Syscalls:
         return sock
 
     def _new_fd(self) -> int:
+        hint, self.fd_hint = self.fd_hint, None
+        if hint is not None and hint >= 0 and hint not in self.fds:
+            return hint
         fd = 3
         while fd in self.fds:
             fd += 1

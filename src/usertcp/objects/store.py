@@ -136,7 +136,8 @@ class _RxOp:
 class _Stream:
     """A collected socket. ``front`` = stream offset of rcv_buf[0] (bytes gone before it)."""
 
-    __slots__ = ("sid", "conn", "front", "tail", "pending", "decided", "prev_readable", "hook")
+    __slots__ = ("sid", "conn", "front", "tail", "pending", "decided", "prev_readable", "hook",
+                 "wake_at")
 
     def __init__(self, sid: int, conn: Connection) -> None:
         self.sid = sid
@@ -147,6 +148,8 @@ class _Stream:
         self.decided: list[tuple[int, int]] = []   # decided ranges not yet dropped from rcv_buf
         self.prev_readable: Callable[[Connection], None] | None = conn.on_readable
         self.hook: Callable[[Connection], None] | None = None
+        # Stream offset at which some pending op can complete (INF: none pending).
+        self.wake_at: float = float("inf")
 
 
 class _Send:
@@ -348,7 +351,13 @@ class Store:
         conn.collector = st        # the receive claim: every other reader gets EBUSY
 
         def on_readable(c: Connection, st: _Stream = st) -> None:
-            if self._streams.get(st.sid) is st:       # not a stale hook of a detached stream
+            # A pass per segment would cost more than the copy it saves: run one only when an
+            # op can complete, the undecided bytes fill half the window, or the stream ends.
+            # Until then the bytes wait in rcv_buf, where a later pass finds them.
+            rb = c.rcv_buf
+            if (st.front + rb.size >= st.wake_at or 2 * rb.size >= c.rcvbuf_limit
+                    or c.fin_received or c.state is State.CLOSED or c.error) \
+                    and self._streams.get(st.sid) is st:   # not a stale hook of a detached stream
                 self._callback(lambda: self._pump_rx(st, in_cb=True))
             if st.prev_readable is not None:
                 st.prev_readable(c)
@@ -367,6 +376,7 @@ class Store:
         for op in st.pending:
             self._fail_rx(op, errno.ECANCELED)
         st.pending.clear()
+        st.wake_at = float("inf")
         # Reads resume at ``front``: bytes not yet dropped (even ones a capture took a
         # reference to, or a cancelled capture had started on) are readable again.
         conn = st.conn
@@ -425,6 +435,8 @@ class Store:
             else:
                 still.append(op)
         st.pending = still
+        st.wake_at = min((op.start + 1 if op.kind is Op.INSPECT and not op.waitall else op.end
+                          for op in still), default=float("inf"))
         self._advance(st, in_cb=in_cb)
 
     def _advance(self, st: _Stream, *, in_cb: bool) -> None:

@@ -1,0 +1,483 @@
+"""``usertcp serve``: run a usertcp server on a TUN device, the kernel being the peer.
+
+It creates TUN device ``--tun`` in the *current* network namespace (run it under
+``ip netns exec NS``), gives the kernel side ``--peer-address`` (CIDR), runs the stack
+at ``--address`` and serves ``--app`` on ``--port`` until SIGINT/SIGTERM; the device
+goes away with its fds. Once listening it prints ``ready ADDR:PORT`` (one line per
+``--address``; IPv6 as ``[ADDR]:PORT``) and flushes stdout.
+
+Apps: ``echo``, ``discard``, ``source`` (``--bytes N`` of :func:`usertcp.apps.basic.pattern`
+per connection) run inside the driver loop (usertcp.apps.basic); ``smtp``
+(usertcp.apps.smtp, greeting preloaded with MSG_PRELOAD) and ``cache``
+(usertcp.apps.cache, memcached text protocol) run on their own thread over the same
+driver. ``--preload TEXT`` (``\\r\\n`` escapes allowed) sets the listener's preload for
+any app (for ``smtp`` it replaces the greeting).
+
+Outputs: ``--report FILE`` gets one JSON line per closed connection (bytes and SHA-256
+each way, basic apps), written as each connection ends; ``--stats-file FILE`` gets one
+JSON object at exit (stack counters, driver/device/impairment stats per queue, and the
+summed counters); ``--profile FILE`` writes the cProfile top entries of queue 0's driver
+loop as JSON; ``--pcap FILE`` records what usertcp sees and sends (``FILE.qN`` for
+queues N > 0).
+
+Multi-queue (``--queues N``): the device is opened with IFF_MULTI_QUEUE and every queue
+gets its own Stack + TunDriver + app (usertcp.net.tun describes why: the kernel keeps a
+flow on the queue it was last written on, and SYNs land by flow hash, so every stack
+listens on the same port). ``--queue-mode thread`` runs queues 1..N-1 on threads of
+this process (they share one GIL: no more CPU, only isolation); ``process`` forks one
+child per extra queue after all queue fds are open, each child keeping only its own fd
+(fds survive fork, so nothing needs passing over a socket), which does use more cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import contextlib
+import cProfile
+import ipaddress
+import json
+import os
+import pstats
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from usertcp.apps.basic import APPS as BASIC_APPS
+from usertcp.apps.basic import BasicServer, ConnReport
+from usertcp.net.endpoint import Endpoint
+from usertcp.net.impair import ImpairConfig, ImpairedEndpoint, parse_impair
+from usertcp.net.pcap import PcapWriter
+from usertcp.net.tun import TunDevice, TunDriver
+from usertcp.tcp.config import TFO_SERVER_ENABLE, StackConfig
+from usertcp.tcp.md5sig import Md5Keys
+from usertcp.tcp.stack import Listener, Stack
+
+APPS = (*BASIC_APPS, "smtp", "cache")
+DEFAULT_PORTS = {"echo": 7, "discard": 9, "source": 19, "smtp": 25, "cache": 11211}
+# Largest GSO payload we hand the kernel: one IP packet stays below 64 KiB with headers.
+GSO_MAX = 65535 - 60 - 60 - 40
+
+
+class AppUnavailable(RuntimeError):
+    pass
+
+
+@dataclass
+class ServeOptions:
+    tun: str
+    addresses: list[str]
+    peer_addresses: list[str]
+    app: str
+    port: int
+    source_bytes: int = 0
+    preload: bytes | None = None
+    fastopen: bool = False
+    fastopen_no_cookie: bool = False
+    md5_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    pcap: str | None = None
+    offload: bool | None = None
+    mtu: int = 1500
+    rcvbuf: int = 4 << 20
+    sndbuf: int = 4 << 20
+    impair: ImpairConfig | None = None
+    report: str | None = None
+    stats_file: str | None = None
+    profile: str | None = None
+    profile_top: int = 25
+    queues: int = 1
+    queue_mode: str = "thread"
+    quiet: bool = False
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (__doc__ or "").split("\n\n")[0].replace("``", "")
+    parser.add_argument("--tun", required=True, metavar="NAME", help="TUN device to create")
+    parser.add_argument("--address", action="append", required=True, metavar="ADDR",
+                        help="usertcp's address (IPv4 or IPv6; repeatable)")
+    parser.add_argument("--peer-address", action="append", required=True, metavar="ADDR/PREFIX",
+                        help="the kernel's address on the device (repeatable, e.g. one v4 and one v6)")
+    parser.add_argument("--app", required=True, choices=APPS, help="what to serve")
+    parser.add_argument("--port", type=int, help="listening port (default per app: echo 7, discard 9, "
+                        "source 19, smtp 25, cache 11211)")
+    parser.add_argument("--bytes", type=int, default=1 << 20, metavar="N",
+                        help="source: bytes sent on each connection (default 1 MiB)")
+    parser.add_argument("--preload", metavar="TEXT", help="listener preload (MSG_PRELOAD); \\r\\n escapes")
+    parser.add_argument("--fastopen", action="store_true", help="TCP Fast Open server (cookies)")
+    parser.add_argument("--fastopen-no-cookie", action="store_true",
+                        help="with --fastopen: accept SYN data without a cookie (TCP_FASTOPEN_NO_COOKIE)")
+    parser.add_argument("--md5-key", action="append", default=[], metavar="PEER=KEY",
+                        help="TCP-MD5 key for a peer address (repeatable)")
+    parser.add_argument("--pcap", metavar="FILE", help="record usertcp's packets (raw IP pcap)")
+    parser.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
+                        help="virtio-net offloads (checksum, TSO/GSO); default: use them if available")
+    parser.add_argument("--mtu", type=int, default=1500)
+    parser.add_argument("--rcvbuf", type=int, default=4 << 20, help="per-connection receive buffer")
+    parser.add_argument("--sndbuf", type=int, default=4 << 20, help="per-connection send buffer")
+    parser.add_argument("--impair", metavar="SPEC",
+                        help="loss/reorder on usertcp's side of the link: loss=P,reorder=P,delay=S,seed=N,"
+                             "dir=both|in|out (see usertcp.net.impair)")
+    parser.add_argument("--report", metavar="FILE", help="JSON line per closed connection")
+    parser.add_argument("--stats-file", metavar="FILE", help="JSON counters and stats written at exit")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile queue 0's loop; top entries as JSON")
+    parser.add_argument("--queues", type=int, default=1, help="multi-queue TUN: one stack per queue")
+    parser.add_argument("--queue-mode", choices=("thread", "process"), default="thread")
+    parser.add_argument("--quiet", action="store_true", help="no summary on stderr at exit")
+
+
+def options_from_args(args: argparse.Namespace) -> ServeOptions:
+    addresses = [str(ipaddress.ip_address(a)) for a in args.address]
+    peers = [str(ipaddress.ip_interface(p)) for p in args.peer_address]
+    keys: list[tuple[str, bytes]] = []
+    for item in args.md5_key:
+        peer, sep, key = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--md5-key needs PEER=KEY, got {item!r}")
+        keys.append((str(ipaddress.ip_address(peer)), key.encode()))
+    if args.queues < 1:
+        raise ValueError("--queues must be >= 1")
+    if args.bytes < 0:
+        raise ValueError("--bytes must be >= 0")
+    preload = None
+    if args.preload is not None:
+        preload = codecs.decode(args.preload, "unicode_escape").encode("latin-1")
+    return ServeOptions(
+        tun=args.tun, addresses=addresses, peer_addresses=peers, app=args.app,
+        port=args.port or DEFAULT_PORTS[args.app], source_bytes=args.bytes, preload=preload,
+        fastopen=args.fastopen or args.fastopen_no_cookie, fastopen_no_cookie=args.fastopen_no_cookie,
+        md5_keys=keys, pcap=args.pcap, offload=args.offload, mtu=args.mtu, rcvbuf=args.rcvbuf,
+        sndbuf=args.sndbuf, impair=parse_impair(args.impair) if args.impair else None, report=args.report,
+        stats_file=args.stats_file, profile=args.profile, queues=args.queues, queue_mode=args.queue_mode,
+        quiet=args.quiet)
+
+
+def cli(args: argparse.Namespace) -> int:
+    try:
+        opts = options_from_args(args)
+    except ValueError as e:
+        print(f"usertcp serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        return serve(opts)
+    except AppUnavailable as e:
+        print(f"usertcp serve: {e}", file=sys.stderr)
+        return 2
+
+
+# ----------------------------------------------------------------------------- one queue
+
+
+def _fmt_endpoint(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+class QueueServer:
+    """One queue: Stack + (impairment) + TunDriver + the app."""
+
+    def __init__(self, opts: ServeOptions, device: TunDevice, index: int) -> None:
+        self.opts = opts
+        self.device = device
+        self.index = index
+        cfg = StackConfig(mtu=opts.mtu)
+        if opts.fastopen:
+            cfg.fastopen |= TFO_SERVER_ENABLE
+        self.stack = Stack(opts.addresses, cfg, name=f"serve-q{index}")
+        if device.offload:
+            self.stack.gso_max_size = GSO_MAX
+            self.stack.tx_csum_offload = True
+        self.impaired: ImpairedEndpoint | None = None
+        endpoint: Endpoint = self.stack
+        if opts.impair is not None and opts.impair.active:
+            clock = time.monotonic
+            self.impaired = ImpairedEndpoint(self.stack, opts.impair, clock)
+            endpoint = self.impaired
+        self.pcap: PcapWriter | None = None
+        if opts.pcap:
+            self.pcap = PcapWriter(opts.pcap if index == 0 else f"{opts.pcap}.q{index}")
+        self.driver = TunDriver(endpoint, device, pcap=self.pcap)
+        self.listener: Listener | None = None
+        self.basic: BasicServer | None = None
+        self.app_obj: Any = None
+        self.app_thread: threading.Thread | None = None
+        self._report_lock = threading.Lock()
+
+    # -- app ---------------------------------------------------------------------------------------
+
+    def start_app(self) -> None:
+        opts = self.opts
+        drv = self.driver
+        if opts.app in BASIC_APPS:
+            with drv.lock:
+                lst = self.stack.listen(opts.port, backlog=1024)
+                self._configure_listener(lst)
+                self.basic = BasicServer(opts.app, lst, drv.now, source_bytes=opts.source_bytes,
+                                         on_report=self._write_report)
+        elif opts.app == "smtp":
+            try:
+                from usertcp.api.sockets import Host
+                from usertcp.apps.smtp import SmtpServer
+            except ImportError as e:
+                raise AppUnavailable(f"app smtp not available yet ({e})") from None
+            host = Host(self.stack, drv, name=self.stack.name)
+            srv = SmtpServer(host, ("0.0.0.0", opts.port), preload=True)
+            slst = srv.sock.listener
+            assert slst is not None
+            with drv.lock:
+                self._configure_listener(slst)
+            self.app_obj = srv
+            self.app_thread = threading.Thread(target=srv.serve, name=f"smtp-q{self.index}", daemon=True)
+        elif opts.app == "cache":
+            try:
+                from usertcp.apps.cache import serve_cache
+            except ImportError as e:
+                raise AppUnavailable(f"app cache not available yet ({e})") from None
+            srv_c = serve_cache(self.stack, opts.port, driver=drv, start=False)
+            assert srv_c.listener is not None
+            with drv.lock:
+                self._configure_listener(srv_c.listener)
+            self.app_obj = srv_c
+        else:  # pragma: no cover - argparse limits the choices
+            raise AppUnavailable(f"unknown app {opts.app}")
+
+    def _configure_listener(self, lst: Listener) -> None:
+        opts = self.opts
+        self.listener = lst
+        lst.options.setdefault("rcvbuf_limit", opts.rcvbuf)
+        lst.options.setdefault("sndbuf_limit", opts.sndbuf)
+        if opts.md5_keys:
+            keys = Md5Keys()
+            for peer, key in opts.md5_keys:
+                keys.add(peer, key)
+            lst.md5_keys = keys
+        if opts.fastopen:
+            lst.fastopen_qlen = 128
+            lst.fastopen_no_cookie = opts.fastopen_no_cookie
+        if opts.preload is not None:
+            lst.set_preload(opts.preload, self.driver.now())
+
+    def start_app_threads(self) -> None:
+        """Threads of the socket-API apps (after the driver runs)."""
+        if self.app_thread is not None:
+            self.app_thread.start()
+        elif self.app_obj is not None and hasattr(self.app_obj, "start"):
+            self.app_obj.start()
+
+    def _write_report(self, r: ConnReport) -> None:
+        if not self.opts.report:
+            return
+        line = json.dumps({"queue": self.index, **r.to_dict()}) + "\n"
+        with self._report_lock:
+            # One write on an O_APPEND fd: lines of several processes never interleave.
+            fd = os.open(self.opts.report, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def stop_app(self) -> None:
+        obj = self.app_obj
+        if obj is not None and hasattr(obj, "stop"):
+            with contextlib.suppress(Exception):
+                obj.stop()
+        if self.app_thread is not None and self.app_thread.is_alive():
+            self.app_thread.join(2)
+        if self.basic is not None:
+            with self.driver.lock:
+                for s in list(self.basic.sessions.values()):
+                    self.basic._finish(s)
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "queue": self.index,
+            "counters": self.stack.counters.snapshot(),
+            "driver": dict(self.driver.stats),
+            "device": dict(self.device.stats),
+            "offload": self.device.offload,
+        }
+        if self.impaired is not None:
+            out["impair"] = self.impaired.snapshot()
+        if self.basic is not None:
+            out["app"] = dict(self.basic.stats)
+        if self.app_obj is not None and isinstance(getattr(self.app_obj, "stats", None), dict):
+            out["app"] = dict(self.app_obj.stats)
+        return out
+
+    def close(self) -> None:
+        self.driver.close()
+        if self.pcap is not None:
+            self.pcap.close()
+        self.device.close()
+
+
+def _run_profiled(q: QueueServer, path: str, top: int) -> None:
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        q.driver.run_forever()
+    finally:
+        prof.disable()
+        write_profile(prof, path, top)
+
+
+def write_profile(prof: cProfile.Profile, path: str, top: int) -> None:
+    """The ``top`` functions by own time, as JSON: where the loop spends its CPU."""
+    st = pstats.Stats(prof)
+    raw: dict[Any, Any] = st.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in raw.values()) or 1.0
+    rows = sorted(raw.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    entries = [{"function": f"{os.path.basename(fn)}:{line}({name})", "calls": v[1],
+                "tottime_s": round(v[2], 4), "cumtime_s": round(v[3], 4),
+                "share": round(v[2] / total, 4)} for (fn, line, name), v in rows]
+    with open(path, "w") as f:
+        json.dump({"total_s": round(total, 4), "top": entries}, f)
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+def _sum_counters(stats: list[dict[str, Any]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for s in stats:
+        for k, v in s.get("counters", {}).items():
+            total[k] = total.get(k, 0) + v
+    return dict(sorted(total.items()))
+
+
+def serve(opts: ServeOptions) -> int:
+    if opts.app not in APPS:
+        raise AppUnavailable(f"unknown app {opts.app!r}")
+    stop = threading.Event()
+    queues: list[QueueServer] = []
+    children: list[tuple[int, int]] = []      # (pid, read end of its pipe)
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+        if queues:
+            # Queue 0's loop runs on this (main) thread: stop() only sets a flag and wakes it.
+            queues[0].driver.stop()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    first = TunDevice.open(opts.tun, offload=opts.offload, multi_queue=opts.queues > 1)
+    devices = [first]
+    try:
+        for peer in opts.peer_addresses:
+            first.configure(peer_address=peer, mtu=opts.mtu)
+        devices += [first.open_queue() for _ in range(opts.queues - 1)]
+        if opts.queues > 1 and opts.queue_mode == "process":
+            for i in range(1, opts.queues):
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:           # child: only queue i
+                    os.close(r)
+                    for j, d in enumerate(devices):
+                        if j != i:
+                            d.close()
+                    os._exit(_child_main(opts, devices[i], i, w))
+                os.close(w)
+                devices[i].close()     # the child's now
+                children.append((pid, r))
+            devices = [first]
+            for _, r in children:      # each child says "R" once it listens
+                if os.read(r, 1) != b"R":
+                    raise RuntimeError("a queue process failed to start")
+        for i, dev in enumerate(devices):
+            q = QueueServer(opts, dev, i)
+            queues.append(q)
+            q.start_app()
+        for q in queues[1:]:
+            q.driver.start()
+            q.start_app_threads()
+        for addr in opts.addresses:
+            print(f"ready {_fmt_endpoint(addr, opts.port)}", flush=True)
+        main_q = queues[0]
+        main_q.start_app_threads()
+        if not stop.is_set():
+            if opts.profile:
+                _run_profiled(main_q, opts.profile, opts.profile_top)
+            else:
+                main_q.driver.run_forever()
+        stop.set()
+        for q in queues:
+            q.stop_app()
+        all_stats = [q.stats() for q in queues]
+        for pid, _ in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid, r in children:
+            with os.fdopen(r, "rb") as pipe:
+                data = pipe.read()
+            os.waitpid(pid, 0)
+            with contextlib.suppress(ValueError):
+                all_stats.append(json.loads(data))
+        children.clear()
+        summary: dict[str, Any] = {"app": opts.app, "queues": opts.queues, "queue_mode": opts.queue_mode,
+                   "offload": first.offload, "counters": _sum_counters(all_stats), "per_queue": all_stats}
+        if opts.stats_file:
+            with open(opts.stats_file, "w") as f:
+                json.dump(summary, f)
+        if not opts.quiet:
+            c = summary["counters"]
+            print(f"usertcp serve: stopped; {c.get('TcpPassiveOpens', 0)} connections, "
+                  f"{c.get('TcpInSegs', 0)} segments in, {c.get('TcpOutSegs', 0)} out, "
+                  f"{c.get('TcpRetransSegs', 0)} retransmitted", file=sys.stderr)
+        return 0
+    finally:
+        for pid, r in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+                os.waitpid(pid, 0)
+            with contextlib.suppress(OSError):
+                os.close(r)
+        for q in queues:
+            with contextlib.suppress(Exception):
+                q.close()
+        for d in devices:
+            d.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _child_main(opts: ServeOptions, device: TunDevice, index: int, pipe_w: int) -> int:
+    """A forked queue process: serve queue ``index`` until SIGTERM, send stats back."""
+    code = 0
+    q: QueueServer | None = None
+    try:
+        q = QueueServer(opts, device, index)
+        qq = q
+        signal.signal(signal.SIGTERM, lambda s, f: qq.driver.stop())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles ^C and tells us
+        q.start_app()
+        os.write(pipe_w, b"R")
+        q.start_app_threads()
+        q.driver.run_forever()
+        q.stop_app()
+        os.write(pipe_w, json.dumps(q.stats()).encode())
+    except BaseException as e:  # report and leave: never return into the parent's code
+        print(f"usertcp serve: queue {index}: {e!r}", file=sys.stderr)
+        code = 1
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(pipe_w)
+        if q is not None:
+            with contextlib.suppress(Exception):
+                q.close()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m usertcp.apps.serve``: the same as ``usertcp serve`` (before it is registered)."""
+    parser = argparse.ArgumentParser(prog="usertcp serve")
+    add_arguments(parser)
+    return cli(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""``usertcp drill``: run packetdrill scripts against fresh usertcp stacks (virtual time).
+
+The CLI owner wires it: ``add_arguments(subparser)`` then ``main(args)`` (exit status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TextIO
+
+from usertcp.drill.runner import RunOptions, ScriptResult, iter_scripts, run_file
+
+__all__ = ["add_arguments", "main", "summary_line"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=".pkt files or folders (searched recursively)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with every result")
+    parser.add_argument("--verbose", "-v", action="store_true", help="print details of passing scripts too")
+    parser.add_argument("--ip-version", choices=("4", "6", "both"), default="4",
+                        help="address family to run each script over (default 4)")
+    parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                        help="define a script symbol (like packetdrill -D)")
+    parser.add_argument("--tolerance-usecs", type=int, default=None,
+                        help="timing tolerance in microseconds (overrides the scripts' --tolerance_usecs)")
+
+
+def summary_line(results: list[ScriptResult]) -> str:
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("passed", "failed", "skipped")}
+    return f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+
+
+def _defines(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, val = item.partition("=")
+        if not name or not sep:
+            raise SystemExit(f"usertcp drill: -D expects NAME=VALUE, got {item!r}")
+        out[name] = val
+    return out
+
+
+def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    versions = {"4": ["ipv4"], "6": ["ipv6"], "both": ["ipv4", "ipv6"]}[args.ip_version]
+    defines = _defines(args.defines)
+    results: list[ScriptResult] = []
+    scripts = list(iter_scripts(args.paths))
+    missing = [str(p) for p in scripts if not p.exists()]
+    for path in scripts:
+        for ipv in versions:
+            opts = RunOptions(ip_version=ipv, defines=defines, tolerance_usecs=args.tolerance_usecs,
+                              verbose=args.verbose)
+            res = run_file(path, opts)
+            results.append(res)
+            if not args.json:
+                _print_result(res, out, verbose=args.verbose, tag=len(versions) > 1)
+    if args.json:
+        doc = {
+            "scripts": [r.to_json() | {"details": r.details} for r in results],
+            "passed": sum(r.status == "passed" for r in results),
+            "failed": sum(r.status == "failed" for r in results),
+            "skipped": sum(r.status == "skipped" for r in results),
+        }
+        out.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        out.write(summary_line(results) + "\n")
+    if missing and not results:
+        return 2
+    return 1 if any(r.status == "failed" for r in results) else 0
+
+
+def _print_result(res: ScriptResult, out: TextIO, *, verbose: bool, tag: bool) -> None:
+    name = res.path + (f" [{res.ip_version}]" if tag else "")
+    where = f":{res.line}" if res.line is not None else ""
+    if res.status == "passed":
+        out.write(f"PASS  {name}" + (f"  ({res.reason})" if res.reason else "") + "\n")
+    elif res.status == "skipped":
+        out.write(f"SKIP  {name}{where}: {res.reason}\n")
+    else:
+        out.write(f"FAIL  {name}{where}: {res.reason}\n")
+    if res.status == "failed" or verbose:
+        for line in res.details:
+            out.write(f"      {line}\n")
+
+
+if __name__ == "__main__":  # pragma: no cover - the CLI owner wires the real entry point
+    p = argparse.ArgumentParser(prog="usertcp drill")
+    add_arguments(p)
+    raise SystemExit(main(p.parse_args()))
