@@ -32,7 +32,7 @@ class Pair:
     def open(self, port: int = 80) -> tuple[Connection, Connection]:
         """Client on a, server on b; returns (client, accepted server connection)."""
         self.listener = lst = self.b.listen(port)
-        client = self.a.create_connection(B_ADDR if ":" not in B_ADDR else B_ADDR, port)
+        client = self.a.create_connection(B_ADDR, port)
         self.a.connect(client, self.now)
         self.driver.kick()
         assert self.driver.run_until(lambda: bool(lst.accept_queue), 30), "handshake did not complete"
@@ -57,19 +57,25 @@ def transfer(pair: Pair, sender: Connection, receiver: Connection, data: bytes, 
              chunk: int = 65536, timeout: float = 600.0, close: bool = True) -> bytes:
     """Send ``data`` from sender to receiver through the sans-IO API; return what arrived."""
     drv = pair.driver
-    sent = 0
+    progress = {"sent": 0}
     got = bytearray()
     view = memoryview(data)
+
+    def ready() -> bool:
+        return (sender.send_space > 0 and progress["sent"] < len(data)) or receiver.readable_bytes > 0 \
+            or (receiver.fin_received and close)
+
     deadline = drv.now() + timeout
     while len(got) < len(data) or (close and not receiver.fin_received):
         progressed = False
-        while sent < len(data) and sender.send_space > 0:
+        while progress["sent"] < len(data) and sender.send_space > 0:
+            sent = progress["sent"]
             n = sender.send(view[sent:sent + chunk].tobytes(), drv.now())
             if not n:
                 break
-            sent += n
+            progress["sent"] = sent + n
             progressed = True
-        if close and sent == len(data) and not sender.write_shutdown:
+        if close and progress["sent"] == len(data) and not sender.write_shutdown:
             sender.shutdown(False, True, drv.now())
             progressed = True
         if receiver.readable_bytes:
@@ -81,8 +87,7 @@ def transfer(pair: Pair, sender: Connection, receiver: Connection, data: bytes, 
             break
         if receiver.error or sender.error:
             raise AssertionError(f"connection failed: sender {sender.error} receiver {receiver.error}")
-        ok = drv.run_until(lambda: (sender.send_space > 0 and sent < len(data)) or receiver.readable_bytes > 0
-                           or (receiver.fin_received and close), max(deadline - drv.now(), 0))
+        ok = drv.run_until(ready, max(deadline - drv.now(), 0))
         if not ok and drv.now() >= deadline:
             raise AssertionError(f"transfer stalled at {len(got)}/{len(data)} bytes, t={drv.now():.1f}")
     return bytes(got)

@@ -16,7 +16,7 @@ Before the stack has sent a SYN, ``local_isn`` is 0, so values are absolute on t
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection, State
@@ -32,6 +32,8 @@ REMOTE_IP = ipaddress.ip_address(REMOTE).packed
 MASK = 0xFFFFFFFF
 PEER_ISN = 3_000_000_000          # close to a wrap, so modular arithmetic matters
 SYN_OPTIONS = encode_options(mss=1460)
+ISN_SECRET = bytes(range(16))
+TS_SECRET = bytes(range(16, 32))
 
 _FLAG_CHARS = {"S": SYN, "F": FIN, "R": RST, "P": PSH, "U": URG, ".": ACK}
 
@@ -61,6 +63,8 @@ class Sent:
 class ScriptedPeer:
     def __init__(self, config: StackConfig | None = None, *, local_port: int = 8080,
                  peer_port: int = 40000, peer_isn: int = PEER_ISN) -> None:
+        # Fixed secrets: the ISNs and timestamp offsets, hence every run, are reproducible.
+        config = replace(config or StackConfig(), isn_secret=ISN_SECRET, ts_secret=TS_SECRET)
         self.stack = Stack([LOCAL], config, name="under-test")
         self.now = 0.0
         self.local_port = local_port

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from pair import make_pair
-from peer import PEER_ISN, ScriptedPeer
+from peer import ISN_SECRET, PEER_ISN, TS_SECRET, ScriptedPeer
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import SENDING, SYNCHRONIZED, Connection, State
@@ -173,10 +173,14 @@ def flip(data: bytes, where: int, trusted: bool) -> bytes:
     if trusted:
         # Only bits that do not move data: TCP flags, window, checksum, urgent pointer
         # (bytes 13..19 of the TCP header after a 20-byte IPv4 header).
+        # Not the SYN bit either: data in a SYN starts one sequence number later.
         pos = 20 + 13 + (where // 8) % 7
     else:
         pos = (where // 8) % len(b)
-    b[pos] ^= 1 << (where % 8)
+    bit = where % 8
+    if trusted and pos == 33 and bit == 1:
+        bit = 2
+    b[pos] ^= 1 << bit
     return bytes(b)
 
 
@@ -294,10 +298,12 @@ def attack_segment(c: Connection, rng: random.Random) -> tuple[str, bytes]:
 
 
 def attacked_transfer(seed: int, per_tick: int, limit: int, invalid_ratelimit: float) -> None:
-    cfg = StackConfig(challenge_ack_limit=limit, invalid_ratelimit=invalid_ratelimit)
+    cfg = StackConfig(challenge_ack_limit=limit, invalid_ratelimit=invalid_ratelimit,
+                      isn_secret=ISN_SECRET, ts_secret=TS_SECRET)
     # 1 Mbit/s: 256 KB take about two seconds of virtual time, so the attack spans
     # several one-second rate-limit windows.
-    pair = make_pair(LinkConfig(delay=0.005, bandwidth_bps=1e6), seed=seed, cfg_a=cfg, cfg_b=replace(cfg))
+    pair = make_pair(LinkConfig(delay=0.005, bandwidth_bps=1e6), seed=seed, cfg_a=cfg,
+                     cfg_b=replace(cfg, isn_secret=TS_SECRET, ts_secret=ISN_SECRET))
     client, server = pair.open()
     drv = pair.driver
     rng = random.Random(seed)

@@ -123,9 +123,8 @@ def test_prediction_off_while_out_of_order_data_is_queued() -> None:
 def test_md5_crossed_syn_prediction_header_length() -> None:
     """Simultaneous open of a signed connection: the prediction covers TS + MD5 (52-byte header)."""
     from pair import make_pair
-
-    from usertcp.tcp.md5sig import Md5Keys
     from usertcp.tcp.connection import State
+    from usertcp.tcp.md5sig import Md5Keys
     cfg = fixed_config()
     pair = make_pair(seed=9, cfg_a=cfg, cfg_b=fixed_config())
     keys_a, keys_b = Md5Keys(), Md5Keys()

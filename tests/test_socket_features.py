@@ -71,7 +71,7 @@ def test_fastopen_connect_defers_syn_to_first_write() -> None:
     assert len([p for p in seen[before:] if p.flags & 0x02]) == 0
     c.send(b"hello")
     pair.driver.run_for(0.05)
-    syn = [p for p in seen[before:] if p.flags == 0x02][0]
+    syn = next(p for p in seen[before:] if p.flags == 0x02)
     assert bytes(syn.payload) == b"hello"
 
 

@@ -29,6 +29,7 @@ import errno
 import ipaddress
 import os
 import socket as _socket
+import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -44,27 +45,35 @@ from usertcp.tcp.connection import SENDING, Connection, State
 from usertcp.tcp.stack import Listener, Stack
 
 __all__ = [
-    "AsyncioDriver", "AsyncioTunDriver", "Server", "TransportSocket", "UsertcpTransport",
+    "AsyncioDriver", "AsyncioTunDriver", "LoopDriver", "Server", "TransportSocket", "UsertcpTransport",
     "create_connection", "create_server", "driver_for", "open_connection", "start_server",
 ]
 
 _MAX_EVENTS_PER_STEP = 10_000     # then yield to the loop, so a zero-delay storm cannot starve it
 _READ_CHUNK = 256 * 1024          # bytes handed to one data_received() call at most
 
-_drivers: weakref.WeakSet[_AioDriverBase] = weakref.WeakSet()
+_drivers: weakref.WeakSet[LoopDriver] = weakref.WeakSet()
 
 
-def driver_for(stack: Stack) -> _AioDriverBase:
+def driver_for(stack: Stack) -> LoopDriver:
     """The asyncio driver running ``stack`` (created earlier in this loop)."""
-    for drv in _drivers:
-        if drv.runs(stack):
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    for drv in list(_drivers):
+        if (loop is None or drv.loop is loop) and drv.runs(stack):
             return drv
     raise RuntimeError(f"no asyncio driver runs stack {stack.name or stack!r}: "
                        "create an AsyncioDriver (memnet) or AsyncioTunDriver first")
 
 
-class _AioDriverBase:
-    """What both asyncio drivers share: the clock, waiters and after-step hooks."""
+class LoopDriver:
+    """What both asyncio drivers share: the loop clock, ``wait_for`` waiters, after-step hooks.
+
+    ``lock`` is a no-op (everything runs on the loop thread); ``wait_until`` can only
+    answer at once (the loop cannot block): coroutines ``await driver.wait_for(pred)``.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
         self.loop = loop if loop is not None else asyncio.get_running_loop()
@@ -134,7 +143,7 @@ class _AioDriverBase:
                     fut.set_result(True)
 
 
-class AsyncioDriver(_EventLoop, _AioDriverBase):
+class AsyncioDriver(_EventLoop, LoopDriver):
     """Runs an in-memory :class:`Network` on the asyncio loop clock (real time).
 
     Create it inside the running loop (or pass ``loop``); one driver per network. It
@@ -143,7 +152,7 @@ class AsyncioDriver(_EventLoop, _AioDriverBase):
     """
 
     def __init__(self, network: Network, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        _AioDriverBase.__init__(self, loop)
+        LoopDriver.__init__(self, loop)
         _EventLoop.__init__(self, network)
         self._handle: asyncio.TimerHandle | None = None
         self._armed = float("inf")
@@ -213,7 +222,7 @@ class AsyncioDriver(_EventLoop, _AioDriverBase):
         self._rearm()
 
 
-class AsyncioTunDriver(_AioDriverBase):
+class AsyncioTunDriver(LoopDriver):
     """Runs one stack on a :class:`TunDevice` from the loop: ``add_reader`` + one timer.
 
     ``start()`` registers the reader (done by the constructor unless ``start=False``);
@@ -264,9 +273,10 @@ class AsyncioTunDriver(_AioDriverBase):
         now = self.loop.time()
         receive = self.endpoint.receive
         pcap = self.pcap
+        wall = time.time()            # pcap timestamps are wall-clock time, as TunDriver's
         for packet, verified in batch:
             if pcap is not None:
-                pcap.write(packet, now)
+                pcap.write(packet, wall)
             receive(packet, now, checksum_verified=verified)
         self.stats["rx_packets"] += len(batch)
         self.events += len(batch)
@@ -300,9 +310,10 @@ class AsyncioTunDriver(_AioDriverBase):
     def _flush(self) -> None:
         packets = self.endpoint.datagrams_to_send()
         pcap = self.pcap
+        wall = time.time()
         for packet in packets:
             if pcap is not None:
-                pcap.write(packet, self.loop.time())
+                pcap.write(packet, wall)
             try:
                 self.device.write(packet)
             except (OSError, ValueError):
@@ -371,7 +382,7 @@ class UsertcpTransport(asyncio.Transport):
     (a fresh ``conn.info()``).
     """
 
-    def __init__(self, driver: _AioDriverBase, conn: Connection, protocol: asyncio.BaseProtocol, *,
+    def __init__(self, driver: LoopDriver, conn: Connection, protocol: asyncio.BaseProtocol, *,
                  server: Server | None = None) -> None:
         super().__init__({
             "peername": _sockaddr(conn.remote_ip, conn.remote_port),
@@ -653,12 +664,12 @@ class UsertcpTransport(asyncio.Transport):
 # ----------------------------------------------------------------------------- client / server
 
 
-def _pick_driver(stack: Stack, driver: _AioDriverBase | None) -> _AioDriverBase:
+def _pick_driver(stack: Stack, driver: LoopDriver | None) -> LoopDriver:
     return driver if driver is not None else driver_for(stack)
 
 
 async def create_connection(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str, port: int,
-                            *, stack: Stack, driver: _AioDriverBase | None = None,
+                            *, stack: Stack, driver: LoopDriver | None = None,
                             local_addr: tuple[str, int] | None = None,
                             timeout: float | None = None) -> tuple[UsertcpTransport, asyncio.BaseProtocol]:
     """Like ``loop.create_connection``: open a TCP connection from ``stack`` to ``host:port``.
@@ -700,7 +711,7 @@ class Server(asyncio.AbstractServer):
     from then on.
     """
 
-    def __init__(self, driver: _AioDriverBase, listener: Listener,
+    def __init__(self, driver: LoopDriver, listener: Listener,
                  protocol_factory: Callable[[], asyncio.BaseProtocol]) -> None:
         self._driver = driver
         self._loop = driver.loop
@@ -822,7 +833,7 @@ class Server(asyncio.AbstractServer):
 
 
 async def create_server(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str | None = None,
-                        port: int = 0, *, stack: Stack, driver: _AioDriverBase | None = None,
+                        port: int = 0, *, stack: Stack, driver: LoopDriver | None = None,
                         backlog: int = 128, preload: bytes | None = None,
                         start_serving: bool = True) -> Server:
     """Like ``loop.create_server``: listen on ``host:port`` (``None``/``""``: any address).
@@ -849,7 +860,7 @@ async def create_server(protocol_factory: Callable[[], asyncio.BaseProtocol], ho
 _DEFAULT_LIMIT = 2 ** 16   # asyncio.streams' default
 
 
-async def open_connection(host: str, port: int, *, stack: Stack, driver: _AioDriverBase | None = None,
+async def open_connection(host: str, port: int, *, stack: Stack, driver: LoopDriver | None = None,
                           limit: int = _DEFAULT_LIMIT, local_addr: tuple[str, int] | None = None,
                           timeout: float | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Like ``asyncio.open_connection``: a (StreamReader, StreamWriter) pair over usertcp."""
@@ -866,7 +877,7 @@ ClientConnected = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitab
 
 
 async def start_server(client_connected_cb: ClientConnected, host: str | None = None, port: int = 0, *,
-                       stack: Stack, driver: _AioDriverBase | None = None, limit: int = _DEFAULT_LIMIT,
+                       stack: Stack, driver: LoopDriver | None = None, limit: int = _DEFAULT_LIMIT,
                        backlog: int = 128, preload: bytes | None = None,
                        start_serving: bool = True) -> Server:
     """Like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` per connection."""

@@ -33,6 +33,20 @@ COMMANDS: dict[str, Command] = {
                     "(virtual time, 1%% loss) and print a summary"),
     "bench": Command("usertcp.cli", "run a micro-benchmark and print its results",
                      "_bench_arguments", "_bench_cli"),
+    "drill": Command("usertcp.drill.command",
+                     "run packetdrill scripts against a fresh usertcp stack each, in virtual time",
+                     "add_arguments", "main"),
+    "serve": Command("usertcp.apps.serve",
+                     "serve echo/discard/source/smtp/cache over a TUN device to the Linux kernel"),
+    "ss": Command("usertcp.obs.ss",
+                  "TCP sockets like 'ss -ti': state, queues, cwnd, RTT, retransmissions "
+                  "(demo run or --stats-file)"),
+    "nstat": Command("usertcp.obs.counters",
+                     "stack counters under Linux nstat names (demo run or --stats-file)"),
+    "trace": Command("usertcp.obs.trace",
+                     "run a lossy in-memory transfer and write its JSON-lines event trace (--pcap, --plot)"),
+    "plot": Command("usertcp.obs.plot",
+                    "draw a connection's time/sequence and cwnd graphs from a trace to PNG"),
 }
 
 # name -> (module exposing run(**options) -> dict, one-line help)
@@ -44,6 +58,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                 "receiver/sender CPU per GB: recv() vs capture vs DISCARD, send() vs OBJ_SEND, ranges"),
     "preload": ("usertcp.bench.preload",
                 "banner latency in RTTs and wake-ups: accept-then-send vs preload vs preload+TFO"),
+    "tun": ("usertcp.bench.tun",
+            "kernel<->usertcp throughput over TUN (offload on/off) vs kernel<->kernel over veth"),
     "fastpath": ("usertcp.bench.fastpath",
                  "receive cost per segment with header prediction on and off, plain and TCP-MD5"),
 }

@@ -108,7 +108,11 @@ class _Session:
 
 
 class BasicServer:
-    """One of :data:`APPS` on ``listener``; ``driver`` gives the clock (``now()``)."""
+    """One of :data:`APPS` on ``listener``.
+
+    ``now()`` must return the time of the event being processed (``stack.now`` when
+    called from the driver loop), never a later clock read: see usertcp.apps.serve.
+    """
 
     def __init__(self, app: str, listener: Listener, now: Callable[[], float], *, source_bytes: int = 0,
                  on_report: Callable[[ConnReport], None] | None = None) -> None:

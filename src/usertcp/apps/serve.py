@@ -216,7 +216,11 @@ class QueueServer:
             with drv.lock:
                 lst = self.stack.listen(opts.port, backlog=1024)
                 self._configure_listener(lst)
-                self.basic = BasicServer(opts.app, lst, drv.now, source_bytes=opts.source_bytes,
+                # The time of the event being processed, not a fresh clock read: a later ``now``
+                # from a callback, then the rest of the step at the step's ``now``, would make
+                # TSval go backwards and Linux would drop segments (PAWS, TcpExtPAWSEstab).
+                stack = self.stack
+                self.basic = BasicServer(opts.app, lst, lambda: stack.now, source_bytes=opts.source_bytes,
                                          on_report=self._write_report)
         elif opts.app == "smtp":
             try:

@@ -45,12 +45,14 @@ def _pair_figures(trace: Trace, repeat: int, kind: str) -> dict[str, float]:
 
 
 def run(size: int = 3_000_000, repeat: int = 3, **_: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"method": __doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else ""}
+    method = __doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else ""
+    out: dict[str, Any] = {"method": method}
     for label, key in (("plain", None), ("md5", MD5_KEY)):
         cfg = fixed_config()
         data = record(size=size, upload=0, seed=11, md5_key=key, config=cfg)
         acks = record(size=1000, upload=size, seed=12, md5_key=key, config=cfg)
-        out[label] = {"data": _pair_figures(data, repeat, "data"), "acks": _pair_figures(acks, repeat, "acks")}
+        out[label] = {"data": _pair_figures(data, repeat, "data"),
+                      "acks": _pair_figures(acks, repeat, "acks")}
     out["goal"] = "fast path >= 1.5x cheaper than the slow path for plain in-order data"
     out["goal_met"] = out["plain"]["data"]["speedup"] >= 1.5
     return out

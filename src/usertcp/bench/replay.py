@@ -9,10 +9,11 @@ changes cost.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
-from time import perf_counter
 from dataclasses import dataclass, field
+from time import perf_counter
 
 from usertcp.net.driver import VirtualTimeDriver
 from usertcp.net.memnet import LinkConfig, Network
@@ -88,23 +89,28 @@ def record(*, size: int = 2_000_000, upload: int = 0, loss: float = 0.0, seed: i
     rng = random.Random(seed)
     payload = rng.randbytes(size)
     up = rng.randbytes(upload)
-    sent = up_sent = 0
+    state = {"sent": 0, "up_sent": 0}
     got = 0
-    while got < size or up_sent < len(up):
-        while sent < size and client.send_space:
-            sent += client.send(payload[sent:sent + 65536], drv.now())
-        if up_sent < len(up) and server.send_space:
+    def waiting() -> bool:
+        return server.readable_bytes > 0 or client.readable_bytes > 0 \
+            or (client.send_space > 0 and state["sent"] < size) \
+            or (state["up_sent"] < len(up) and server.send_space > 0)
+
+    while got < size or state["up_sent"] < len(up):
+        while state["sent"] < size and client.send_space:
+            sent = state["sent"]
+            state["sent"] = sent + client.send(payload[sent:sent + 65536], drv.now())
+        if state["up_sent"] < len(up) and server.send_space:
+            up_sent = state["up_sent"]
             chunk = up[up_sent:up_sent + 65536][: server.send_space]
             events.append(Event(drv.now(), "send", chunk))
-            up_sent += server.send(chunk, drv.now())
+            state["up_sent"] = up_sent + server.send(chunk, drv.now())
         if server.readable_bytes:
             events.append(Event(drv.now(), "read"))
             got += len(server.recv(1 << 22, drv.now()))
         client.recv(1 << 22, drv.now())
         drv.kick()
-        if not drv.run_until(lambda: server.readable_bytes > 0 or client.readable_bytes > 0
-                             or (client.send_space > 0 and sent < size)
-                             or (up_sent < len(up) and server.send_space > 0), 30):
+        if not drv.run_until(waiting, 30):
             break
         if read_every:
             drv.run_for(read_every)
@@ -155,10 +161,8 @@ def replay(trace: Trace, *, header_prediction: bool, md5_fast_path: bool = True,
         elif conn is not None and ev.kind == "read":
             delivered += conn.recv(1 << 22, t)
         elif conn is not None and ev.kind == "send":
-            try:
+            with contextlib.suppress(OSError):   # the trace may hold a send the replay refuses
                 conn.send(ev.data, t)
-            except OSError:
-                pass
         for p in stack.datagrams_to_send():
             if keep_output:
                 outputs.append((t, p.tobytes()))

@@ -16,15 +16,31 @@ __all__ = ["add_arguments", "main", "summary_line"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH", help=".pkt files or folders (searched recursively)")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help=".pkt files or folders (searched recursively)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object with every result")
     parser.add_argument("--verbose", "-v", action="store_true", help="print details of passing scripts too")
-    parser.add_argument("--ip-version", choices=("4", "6", "both"), default="4",
-                        help="address family to run each script over (default 4)")
-    parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
-                        help="define a script symbol (like packetdrill -D)")
-    parser.add_argument("--tolerance-usecs", type=int, default=None,
-                        help="timing tolerance in microseconds (overrides the scripts' --tolerance_usecs)")
+    parser.add_argument(
+        "--ip-version",
+        choices=("4", "6", "both"),
+        default="4",
+        help="address family to run each script over (default 4)",
+    )
+    parser.add_argument(
+        "-D",
+        dest="defines",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="define a script symbol (like packetdrill -D)",
+    )
+    parser.add_argument(
+        "--tolerance-usecs",
+        type=int,
+        default=None,
+        help="timing tolerance in microseconds (overrides the scripts' --tolerance_usecs)",
+    )
 
 
 def summary_line(results: list[ScriptResult]) -> str:
@@ -51,8 +67,9 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     missing = [str(p) for p in scripts if not p.exists()]
     for path in scripts:
         for ipv in versions:
-            opts = RunOptions(ip_version=ipv, defines=defines, tolerance_usecs=args.tolerance_usecs,
-                              verbose=args.verbose)
+            opts = RunOptions(
+                ip_version=ipv, defines=defines, tolerance_usecs=args.tolerance_usecs, verbose=args.verbose
+            )
             res = run_file(path, opts)
             results.append(res)
             if not args.json:

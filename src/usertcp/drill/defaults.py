@@ -107,6 +107,8 @@ KNOWN_OPTIONS: dict[str, bool] = {
     "debug": False,
     "define": True,
     "verbose": False,
+    # usertcp drill extension: TCP-MD5 key for `md5 *` options (0x-prefixed hex or text).
+    "md5_key": True,
 }
 
 # Defaults of the options a runner for our stack cares about.

@@ -240,7 +240,7 @@ class Environment:
             return "".join(words) + f":{port:04X}"
 
         rows: list[tuple[str, str, int]] = []
-        for (ip, port), lst in stack.listeners.items():
+        for ip, port in stack.listeners:
             if (len(ip) if ip else size) == size:
                 rows.append((addr(ip or None, port), addr(None, 0), 0x0A))
         for conn in stack.connections.values():

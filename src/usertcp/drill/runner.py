@@ -17,6 +17,21 @@ Model (packetdrill's run.c / run_packet.c / run_system_call.c semantics, our own
 * **Sequence numbers**: the local ISN is learned from the first outbound SYN / SYN-ACK (script
   and live); remote sequence numbers are literal.  TS val: the first outbound TS val pair is the
   baseline; inbound TS ecr is mapped back through the outbound val seen for that script value.
+* **Checks** of an outbound line (packetdrill's strict header check): all flags, seq, ack,
+  payload length, urg, window only when written, IP tos/ecn/ttl only when written; options
+  kind by kind in order and byte for byte, except TS val (only with ``--tcp_ts_tick_usecs``)
+  and ``md5 *``; ``<...>`` = any options, no list = no options.  We also check TS ecr (the
+  peer's TS val is literal, so the ecr is too), which packetdrill leaves out.
+
+Extensions (our own scripts; packetdrill has no such syntax):
+
+* ``payload "C text"`` on a packet line: inbound bytes to send / outbound bytes to compare.
+* a string buffer in ``write``/``send``/``sendto``/``sendmsg`` iovecs is the data sent (padded
+  with zeros or cut to the length argument); in ``read``/``recv``/``recvmsg`` it is the data
+  the call must return (``"prefix"...`` checks a prefix).
+* ``--md5_key=KEY`` (``0x``-prefixed hex, else the text): ``md5 *`` options are signed
+  (inbound) / verified (outbound) with it, and ``setsockopt(fd, SOL_TCP, TCP_MD5SIG, ..., ...)``
+  installs it for the remote address (a string value is parsed as ``struct tcp_md5sig``).
 """
 
 from __future__ import annotations
@@ -64,9 +79,9 @@ from usertcp.drill.syscalls import (
     SUPPORTED_SYSCALLS,
     Mismatch,
     Sock,
-    SysError,
-    Syscalls,
     SyscallGen,
+    Syscalls,
+    SysError,
     value,
 )
 from usertcp.tcp.config import StackConfig
@@ -76,7 +91,7 @@ from usertcp.wire.md5 import md5_digest_fixed, verify_segment_md5
 from usertcp.wire.packet import build_packet, parse_packet
 from usertcp.wire.segment import ACK, AE, CWR, ECE, FIN, PSH, RST, SYN, URG, DropPacket, Segment
 
-__all__ = ["RunOptions", "ScriptResult", "Status", "run_script", "run_file", "PACKET_TIMEOUT"]
+__all__ = ["PACKET_TIMEOUT", "RunOptions", "ScriptResult", "Status", "run_file", "run_script"]
 
 Status = Literal["passed", "failed", "skipped"]
 PACKET_TIMEOUT = 2.0  # seconds an outbound line waits past its expected time
@@ -309,7 +324,9 @@ class _Runner:
                 order = timing.check_order(self.last_event, ev)
                 if order:
                     raise _Fail(ev.line, order)
-            exp = timing.resolve(ev, now=self.cursor, last_event=self.last_event, last_expected=self.last_expected)
+            exp = timing.resolve(
+                ev, now=self.cursor, last_event=self.last_event, last_expected=self.last_expected
+            )
             if isinstance(ev, PacketEvent) and ev.outbound:
                 actual = self._outbound(ev, exp)
             elif isinstance(ev, PacketEvent):
@@ -360,7 +377,9 @@ class _Runner:
         flow = self.current
         if flow is not None:
             if self._stack is not None:
-                live = self._stack.connections.get((flow.local_ip, flow.local_port, flow.remote_ip, flow.remote_port))
+                live = self._stack.connections.get(
+                    (flow.local_ip, flow.local_port, flow.remote_ip, flow.remote_port)
+                )
                 if live is not None:
                     flow.conn = live
             if flow.conn is not None:
@@ -376,7 +395,7 @@ class _Runner:
         ns.update(conn.info())
         code = textwrap.dedent(ev.code).replace("\\\n", "\n")
         try:
-            exec(compile(code, f"{self.script.path}:{ev.line}", "exec"), ns)  # noqa: S102 - the script's own asserts
+            exec(compile(code, f"{self.script.path}:{ev.line}", "exec"), ns)
         except AssertionError as exc:
             raise _Fail(ev.line, f"assertion failed: {code.strip()!r}: {exc}") from exc
         except Exception as exc:
@@ -408,8 +427,11 @@ class _Runner:
             pass
         if self.pending is not None:
             self.pending = None
-            raise _Fail(ev.line, f"{ev.name}() blocked, but the script does not mark it as a blocking call "
-                                 f"(+t...t); it would block packetdrill forever")
+            raise _Fail(
+                ev.line,
+                f"{ev.name}() blocked, but the script does not mark it as a blocking call "
+                f"(+t...t); it would block packetdrill forever",
+            )
         return start
 
     def _drive(self, pending: _Pending) -> bool:
@@ -429,8 +451,9 @@ class _Runner:
         except Unsupported as exc:
             raise _Skip(ev.line, str(exc)) from exc
         if ev.blocking:
-            err = timing.check_return_time(ev, pending.expected, self.now_s, tolerance_usecs=self.tol_us,
-                                           tolerance_percent=self.tol_pct)
+            err = timing.check_return_time(
+                ev, pending.expected, self.now_s, tolerance_usecs=self.tol_us, tolerance_percent=self.tol_pct
+            )
             if err:
                 raise _Fail(ev.line, err)
         return True
@@ -449,8 +472,11 @@ class _Runner:
         if self.pending is not None:
             self.pending = None
             where = "at the end of the script" if at_end else f"when line {line} needed the syscall thread"
-            raise _Fail(p.event.line, f"blocking {p.event.name}() still blocked {where} "
-                                      f"(expected to return at {p.expected.block_end:.6f} s)")
+            raise _Fail(
+                p.event.line,
+                f"blocking {p.event.name}() still blocked {where} "
+                f"(expected to return at {p.expected.block_end:.6f} s)",
+            )
 
     def _check_result(self, ev: SyscallEvent, ret: int, err: int | None) -> None:
         try:
@@ -470,8 +496,12 @@ class _Runner:
 
     def _flow_for_inbound(self, ev: PacketEvent) -> _Flow:
         syn_only = "S" in ev.flags and "." not in ev.flags
-        if self.listening is not None and syn_only or self.current is None:
-            lport = self.listening.bound[1] if self.listening is not None and self.listening.bound else self.bind_port
+        if (self.listening is not None and syn_only) or self.current is None:
+            lport = (
+                self.listening.bound[1]
+                if self.listening is not None and self.listening.bound
+                else self.bind_port
+            )
             flow = _Flow(pack_ip(self.local_ip), lport, pack_ip(self.remote_ip), self.next_remote_port)
             self.next_remote_port += 1
             self.flows[flow.key] = flow
@@ -505,8 +535,12 @@ class _Runner:
         if md5_at is not None:
             key = self._md5_key(ev)
             thl = 20 + len(opts)
-            fixed = struct.pack("!HHIIHHHH", sport, dport, seq, ack, (thl << 10) | flags, window, 0, ev.urg or 0)
-            digest = md5_digest_fixed(key, flow.remote_ip, flow.local_ip, fixed, thl + len(payload), (payload,))
+            fixed = struct.pack(
+                "!HHIIHHHH", sport, dport, seq, ack, (thl << 10) | flags, window, 0, ev.urg or 0
+            )
+            digest = md5_digest_fixed(
+                key, flow.remote_ip, flow.local_ip, fixed, thl + len(payload), (payload,)
+            )
             opts = opts[:md5_at] + digest + opts[md5_at + 16 :]
         pkt = build_packet(
             src=flow.remote_ip, dst=flow.local_ip, sport=sport, dport=dport, seq=seq, ack=ack, flags=flags,
@@ -522,8 +556,9 @@ class _Runner:
             raise _Skip(ev.line, "md5 * needs --md5_key=KEY at the top of the script")
         return self.md5_key
 
-    def _encode_options(self, ev: PacketEvent, flow: _Flow, *, inbound: bool,
-                        ack_flag: bool) -> tuple[bytes, int | None]:
+    def _encode_options(
+        self, ev: PacketEvent, flow: _Flow, *, inbound: bool, ack_flag: bool
+    ) -> tuple[bytes, int | None]:
         """Option bytes of a script line (inbound: mapped to live values) and the md5 digest offset."""
         out = bytearray()
         md5_at = None
@@ -579,8 +614,10 @@ class _Runner:
             return (ecr - flow.first_ts[0] + flow.first_ts[1]) & 0xFFFFFFFF
         if flow.first_ts is None and ecr == 0:
             return 0
-        raise _Fail(ev.line, f"unable to infer live TS ecr for script TS ecr {ecr}: no matching or preceding "
-                             f"outbound TS val")
+        raise _Fail(
+            ev.line,
+            f"unable to infer live TS ecr for script TS ecr {ecr}: no matching or preceding outbound TS val",
+        )
 
     # ------------------------------------------------------------ outbound
 
@@ -604,9 +641,12 @@ class _Runner:
             item = self._next_outbound(deadline)
             if item is None:
                 what = "any" if not segs else f"the rest of the {want_len} bytes ({total} seen)"
-                raise _Fail(ev.line, f"timed out waiting for outbound packet: expected {_fmt_expected(ev)} "
-                                     f"({what} by {deadline:.6f} s)",
-                            [f"expected  {_fmt_expected(ev)}"])
+                raise _Fail(
+                    ev.line,
+                    f"timed out waiting for outbound packet: expected {_fmt_expected(ev)} "
+                    f"({what} by {deadline:.6f} s)",
+                    [f"expected  {_fmt_expected(ev)}"],
+                )
             t, data = item
             try:
                 seg = parse_packet(data, verify_checksum=True)
@@ -626,12 +666,20 @@ class _Runner:
                 break
         flow = self.flows.get((segs[0][1].sport, segs[0][1].dst, segs[0][1].dport))
         if flow is None:
-            raise _Fail(ev.line, f"outbound packet for a connection the script does not know: {_fmt_live(segs[0][1])}")
+            raise _Fail(
+                ev.line, f"outbound packet for a connection the script does not know: {_fmt_live(segs[0][1])}"
+            )
         self._verify(ev, exp, flow, segs, total)
         return segs[0][0]
 
-    def _verify(self, ev: PacketEvent, exp: timing.Expected, flow: _Flow,
-                segs: list[tuple[float, Segment]], total: int) -> None:
+    def _verify(
+        self,
+        ev: PacketEvent,
+        exp: timing.Expected,
+        flow: _Flow,
+        segs: list[tuple[float, Segment]],
+        total: int,
+    ) -> None:
         first = segs[0][1]
         last = segs[-1][1]
         t = segs[0][0]
@@ -686,27 +734,70 @@ class _Runner:
         if ev.payload is not None and payload != ev.payload:
             problems.append(f"payload (expected {ev.payload!r}, actual {payload!r})")
         if problems:
-            live = _fmt_live(last, seq=seq, length=total, flags=flags, ts=shown_ts, opts=actual_opts, ack=live_ack,
-                             sack_off=roff, payload=payload if ev.payload is not None else None)
-            raise _Fail(ev.line, "outbound packet differs: " + "; ".join(problems),
-                        [f"expected  {_fmt_expected(ev)}", f"actual    {live}",
-                         "differs:  " + ", ".join(p.split(" (")[0] for p in problems)])
-        err = timing.check_time(ev, exp.start, exp.end, t, last_expected=self.last_expected, anchor=exp.anchor,
-                                tolerance_usecs=self.tol_us, tolerance_percent=self.tol_pct)
+            live = _fmt_live(
+                last,
+                seq=seq,
+                length=total,
+                flags=flags,
+                ts=shown_ts,
+                opts=actual_opts,
+                ack=live_ack,
+                sack_off=roff,
+                payload=payload if ev.payload is not None else None,
+            )
+            raise _Fail(
+                ev.line,
+                "outbound packet differs: " + "; ".join(problems),
+                [
+                    f"expected  {_fmt_expected(ev)}",
+                    f"actual    {live}",
+                    "differs:  " + ", ".join(p.split(" (")[0] for p in problems),
+                ],
+            )
+        err = timing.check_time(
+            ev,
+            exp.start,
+            exp.end,
+            t,
+            last_expected=self.last_expected,
+            anchor=exp.anchor,
+            tolerance_usecs=self.tol_us,
+            tolerance_percent=self.tol_pct,
+        )
         if err:
-            live = _fmt_live(last, seq=seq, length=total, flags=flags, ts=shown_ts, opts=actual_opts, ack=live_ack,
-                             sack_off=roff)
-            raise _Fail(ev.line, err, [f"expected  {_fmt_expected(ev)}", f"actual    {live}  (sent at {t:.6f} s)"])
+            live = _fmt_live(
+                last,
+                seq=seq,
+                length=total,
+                flags=flags,
+                ts=shown_ts,
+                opts=actual_opts,
+                ack=live_ack,
+                sack_off=roff,
+            )
+            raise _Fail(
+                ev.line, err, [f"expected  {_fmt_expected(ev)}", f"actual    {live}  (sent at {t:.6f} s)"]
+            )
 
-    def _compare_options(self, ev: PacketEvent, flow: _Flow, actual: list[tuple[int, bytes]], seg: Segment,
-                         exp: timing.Expected) -> list[str]:
+    def _compare_options(
+        self,
+        ev: PacketEvent,
+        flow: _Flow,
+        actual: list[tuple[int, bytes]],
+        seg: Segment,
+        exp: timing.Expected,
+    ) -> list[str]:
         script = ev.options or []
         problems: list[str] = []
         if len(script) != len(actual) or any(
-                (o.kind if o.kind is not None else -1) != a[0] for o, a in zip(script, actual, strict=False)):
+            (o.kind if o.kind is not None else -1) != a[0] for o, a in zip(script, actual, strict=False)
+        ):
             shown = _fmt_opts(actual, sack_off=flow.remote_offset(bool(seg.flags & SYN)))
-            return [f"options (expected <{_fmt_script_opts(script)}>, actual <{shown}>)"
-                    if script else f"options (expected none, actual <{shown}>)"]
+            return [
+                f"options (expected <{_fmt_script_opts(script)}>, actual <{shown}>)"
+                if script
+                else f"options (expected none, actual <{shown}>)"
+            ]
         for opt, (kind, data) in zip(script, actual, strict=True):
             if opt.name in ("nop", "eol"):
                 continue
@@ -718,7 +809,9 @@ class _Runner:
                     tol = max(self.tol_us, int(self.tol_pct / 100.0 * round(exp.start * 1e6)))
                     dev = abs(((mapped - script_val + 0x80000000) & 0xFFFFFFFF) - 0x80000000)
                     if dev * self.ts_tick > tol:
-                        problems.append(f"TS val (expected {script_val}, actual {mapped}; tolerance {tol} us)")
+                        problems.append(
+                            f"TS val (expected {script_val}, actual {mapped}; tolerance {tol} us)"
+                        )
                 if ecr != script_ecr & 0xFFFFFFFF:
                     problems.append(f"TS ecr (expected {script_ecr}, actual {ecr})")
                 continue
@@ -729,10 +822,15 @@ class _Runner:
                     problems.append("md5 (the signature does not verify with --md5_key)")
                 continue
             want, _ = self._encode_options(
-                PacketEvent(line=ev.line, time=ev.time, direction=">", options=[opt]), flow, inbound=False,
-                ack_flag=False)
+                PacketEvent(line=ev.line, time=ev.time, direction=">", options=[opt]),
+                flow,
+                inbound=False,
+                ack_flag=False,
+            )
             if want[2:] != data or want[1:2] != bytes((len(data) + 2,)):
-                problems.append(f"{opt.name} (expected {opt.raw or opt.name}, actual {_fmt_opts([(kind, data)])})")
+                problems.append(
+                    f"{opt.name} (expected {opt.raw or opt.name}, actual {_fmt_opts([(kind, data)])})"
+                )
         return problems
 
 
@@ -803,8 +901,10 @@ def _fmt_opts(opts: list[tuple[int, bytes]], ts: tuple[int, int] | None = None, 
         elif kind == 4:
             parts.append("sackOK")
         elif kind == 5:
-            vals = [(struct.unpack("!I", data[j : j + 4])[0] - sack_off) & 0xFFFFFFFF
-                    for j in range(0, len(data) - 3, 4)]
+            vals = [
+                (struct.unpack("!I", data[j : j + 4])[0] - sack_off) & 0xFFFFFFFF
+                for j in range(0, len(data) - 3, 4)
+            ]
             parts.append("sack " + " ".join(f"{vals[j]}:{vals[j + 1]}" for j in range(0, len(vals) - 1, 2)))
         elif kind == 8 and len(data) == 8:
             val, ecr = ts if ts is not None else struct.unpack("!II", data)
@@ -841,9 +941,18 @@ def _fmt_expected(ev: PacketEvent) -> str:
     return text
 
 
-def _fmt_live(seg: Segment, *, seq: int | None = None, length: int | None = None, flags: int | None = None,
-              ts: tuple[int, int] | None = None, opts: list[tuple[int, bytes]] | None = None,
-              ack: int | None = None, sack_off: int = 0, payload: bytes | None = None) -> str:
+def _fmt_live(
+    seg: Segment,
+    *,
+    seq: int | None = None,
+    length: int | None = None,
+    flags: int | None = None,
+    ts: tuple[int, int] | None = None,
+    opts: list[tuple[int, bytes]] | None = None,
+    ack: int | None = None,
+    sack_off: int = 0,
+    payload: bytes | None = None,
+) -> str:
     seq = seg.seq if seq is None else seq
     length = len(seg.payload) if length is None else length
     flags = seg.flags if flags is None else flags
@@ -870,8 +979,10 @@ def _fragment_mismatch(prev: Segment, seg: Segment, sniffed: int, expected: int)
     if seg.seq != (prev.seq + len(prev.payload)) & 0xFFFFFFFF:
         return f"segments are not contiguous (seq {prev.seq}+{len(prev.payload)} then {seg.seq})"
     if sniffed + len(seg.payload) < expected and len(seg.payload) != len(prev.payload):
-        return (f"fragment payload: expected {len(prev.payload)} bytes vs actual {len(seg.payload)} bytes; "
-                f"total payload: expected {expected} bytes vs actual {sniffed + len(seg.payload)} bytes")
+        return (
+            f"fragment payload: expected {len(prev.payload)} bytes vs actual {len(seg.payload)} bytes; "
+            f"total payload: expected {expected} bytes vs actual {sniffed + len(seg.payload)} bytes"
+        )
     return None
 
 
@@ -888,8 +999,8 @@ def prescan(script: Script) -> tuple[int | None, str] | None:
     """(line, reason) of the first construct the runner cannot emulate, or None."""
     for name in script.options:
         if name not in _SUPPORTED_OPTIONS:
-            known = "packetdrill option" if name in KNOWN_OPTIONS else "option"
-            return None, f"{known} --{name} not emulated"
+            kind = "packetdrill option" if name in KNOWN_OPTIONS else "option"
+            return None, f"{kind} --{name} not emulated"
     for line, why in script.unsupported():
         return line, why
     known: set[str] | None = None
@@ -901,9 +1012,9 @@ def prescan(script: Script) -> tuple[int | None, str] | None:
                 return ev.line, f"{ev.protocol.upper()} packets not emulated (the core is TCP only)"
             if ev.encapsulation:
                 return ev.line, "encapsulated packets not emulated"
-            for opt in ev.options or []:
-                if not opt.supported:
-                    return ev.line, f"TCP option {opt.raw or opt.name} not emulated"
+            for tcp_opt in ev.options or []:
+                if not tcp_opt.supported:
+                    return ev.line, f"TCP option {tcp_opt.raw or tcp_opt.name} not emulated"
             if ev.ip is not None and ev.ip.ecn == "ect01":
                 return ev.line, "[ect01] not emulated"
         elif isinstance(ev, SyscallEvent):
@@ -915,7 +1026,11 @@ def prescan(script: Script) -> tuple[int | None, str] | None:
                         return ev.line, f"{sub.name}: {UNSUPPORTED_SYMBOLS[sub.name]}"
             if ev.name in ("setsockopt", "getsockopt") and len(ev.args) >= 3:
                 lvl, opt = ev.args[1], ev.args[2]
-                if isinstance(lvl, Symbol) and isinstance(opt, Symbol) and (lvl.name, opt.name) not in SUPPORTED_SOCKOPTS:
+                if (
+                    isinstance(lvl, Symbol)
+                    and isinstance(opt, Symbol)
+                    and (lvl.name, opt.name) not in SUPPORTED_SOCKOPTS
+                ):
                     return ev.line, f"{ev.name}({lvl.name}, {opt.name}) not emulated"
         elif isinstance(ev, CodeEvent):
             if known is None:
@@ -955,8 +1070,11 @@ def run_script(script: Script, opts: RunOptions | None = None) -> ScriptResult:
         res.status, res.reason = "failed", f"internal error: {type(exc).__name__}: {exc}"
         res.line = runner.last_event.line if runner.last_event is not None else None
         res.details = traceback.format_exc().splitlines()
+    res.reason = re.sub(r"^line \d+: ", "", res.reason)
     if runner.ip_version != opts.ip_version and res.status != "skipped":
-        res.reason = (res.reason + "; " if res.reason else "") + f"ran over {runner.ip_version}: the script pins its addresses"
+        res.reason = (
+            res.reason + "; " if res.reason else ""
+        ) + f"ran over {runner.ip_version}: the script pins its addresses"
     res.virtual_time = runner.now_s
     res.details = res.details + runner.log
     return res
@@ -976,7 +1094,9 @@ def run_file(path: str | Path, opts: RunOptions | None = None) -> ScriptResult:
     started = time.perf_counter()
     res = run_script(script, opts)
     if opts.verbose:
-        res.details.append(f"wall time {time.perf_counter() - started:.3f} s, virtual time {res.virtual_time:.3f} s")
+        res.details.append(
+            f"wall time {time.perf_counter() - started:.3f} s, virtual time {res.virtual_time:.3f} s"
+        )
     return res
 
 

@@ -34,8 +34,8 @@ __all__ = [
     "Mismatch",
     "Sock",
     "SysError",
-    "Syscalls",
     "SyscallGen",
+    "Syscalls",
 ]
 
 SyscallGen = Generator[float | None, None, int]
@@ -56,8 +56,31 @@ SUPPORTED_SOCKOPTS: frozenset[tuple[str, str]] = frozenset(
 )  # fmt: skip
 
 SUPPORTED_SYSCALLS = frozenset(
-    "socket bind listen accept accept4 connect write send sendto sendmsg writev read recv recvfrom recvmsg "
-    "readv shutdown close setsockopt getsockopt fcntl ioctl poll".split()
+    [
+        "socket",
+        "bind",
+        "listen",
+        "accept",
+        "accept4",
+        "connect",
+        "write",
+        "send",
+        "sendto",
+        "sendmsg",
+        "writev",
+        "read",
+        "recv",
+        "recvfrom",
+        "recvmsg",
+        "readv",
+        "shutdown",
+        "close",
+        "setsockopt",
+        "getsockopt",
+        "fcntl",
+        "ioctl",
+        "poll",
+    ]
 )
 
 
@@ -74,7 +97,9 @@ class Mismatch(Exception):
 class Host(Protocol):
     """What the shim needs from the runner."""
 
-    stack: Stack
+    @property
+    def stack(self) -> Stack: ...
+
     local_ip: str
     remote_ip: str
     bind_port: int
@@ -246,8 +271,12 @@ class Syscalls:
             raise SysError(errno.EINVAL)
         _fam, ip, port = _sockaddr(args[1], self.host.local_ip, self.host.bind_port)
         for other in self.fds.values():
-            if other is not sock and other.bound and other.bound[1] == port and not (
-                    other.reuseaddr and sock.reuseaddr and other.listener is None):
+            if (
+                other is not sock
+                and other.bound
+                and other.bound[1] == port
+                and not (other.reuseaddr and sock.reuseaddr and other.listener is None)
+            ):
                 raise SysError(errno.EADDRINUSE)
         sock.bound = (ip, port)
         return 0
@@ -291,8 +320,16 @@ class Syscalls:
         while True:
             conn = lst.accept()
             if conn is not None:
-                child = Sock(self._new_fd(), sock.family, bound=sock.bound, conn=conn, opts=dict(sock.opts),
-                             sndbuf=sock.sndbuf, rcvbuf=sock.rcvbuf, md5_keys=sock.md5_keys)
+                child = Sock(
+                    self._new_fd(),
+                    sock.family,
+                    bound=sock.bound,
+                    conn=conn,
+                    opts=dict(sock.opts),
+                    sndbuf=sock.sndbuf,
+                    rcvbuf=sock.rcvbuf,
+                    md5_keys=sock.md5_keys,
+                )
                 self.fds[child.fd] = child
                 self.last_sock = child
                 self.host.on_accept(child)
@@ -335,7 +372,11 @@ class Syscalls:
             self._apply_conn(sock, conn)
             sock.conn = conn
             self.last_sock = sock
-        if sock.fastopen_connect and not sock.deferred_connect and fastopen.cookie_cached(self.stack, conn.remote_ip):
+        if (
+            sock.fastopen_connect
+            and not sock.deferred_connect
+            and fastopen.cookie_cached(self.stack, conn.remote_ip)
+        ):
             sock.deferred_connect = True  # Linux defers the SYN to the first write
             self.host.on_connect(sock)
             return 0
@@ -416,7 +457,11 @@ class Syscalls:
             if conn.error:
                 raise SysError(_take_error(conn))
             if conn.write_shutdown or conn.state not in (
-                    State.ESTABLISHED, State.CLOSE_WAIT, State.SYN_SENT, State.SYN_RECEIVED):
+                State.ESTABLISHED,
+                State.CLOSE_WAIT,
+                State.SYN_SENT,
+                State.SYN_RECEIVED,
+            ):
                 raise SysError(errno.EPIPE)
             try:
                 n = conn.send(data[total:], self.host.now(), more=more)
@@ -448,7 +493,7 @@ class Syscalls:
         data = _buffer(args[1], value(args[2]))
         if flags & S["MSG_FASTOPEN"]:
             if sock.conn is None:
-                fam, ip, port = _sockaddr(args[4], self.host.remote_ip, self.host.connect_port)
+                _fam, ip, port = _sockaddr(args[4], self.host.remote_ip, self.host.connect_port)
                 lip, lport = sock.bound or (self.host.local_ip, 0)
                 conn = self.stack.create_connection(ip, port, local=lip, local_port=lport)
                 self._apply_conn(sock, conn)
@@ -465,7 +510,11 @@ class Syscalls:
         named = msg.named()
         if "msg_control" in named:
             raise Unsupported("sendmsg() control messages not emulated")
-        data = b"".join(_buffer(base, ln) for base, ln in _iov(named["msg_iov"].value)) if "msg_iov" in named else b""
+        data = (
+            b"".join(_buffer(base, ln) for base, ln in _iov(named["msg_iov"].value))
+            if "msg_iov" in named
+            else b""
+        )
         return (yield from self._send(sock, data, value(args[2])))
 
     def sys_writev(self, args: list[Expr]) -> SyscallGen:
@@ -564,7 +613,9 @@ class Syscalls:
         elif name == "SO_LINGER":
             if not isinstance(arg, Struct):
                 raise Unsupported("SO_LINGER needs {onoff=..., linger=...}")
-            onoff, linger = (value(v) for v in (arg.get("onoff") or Int(0, "0"), arg.get("linger") or Int(0, "0")))
+            onoff, linger = (
+                value(v) for v in (arg.get("onoff") or Int(0, "0"), arg.get("linger") or Int(0, "0"))
+            )
             set_attr("linger_zero", bool(onoff) and linger == 0)
         elif name == "TCP_NODELAY":
             set_attr("nodelay", bool(value(arg)), push=bool(value(arg)))
@@ -643,7 +694,11 @@ class Syscalls:
     def sys_getsockopt(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
         level, name = _names(args[1], args[2])
-        if (level, name) not in SUPPORTED_SOCKOPTS or name in ("TCP_FASTOPEN_KEY", "TCP_MD5SIG", "TCP_MD5SIG_EXT"):
+        if (level, name) not in SUPPORTED_SOCKOPTS or name in (
+            "TCP_FASTOPEN_KEY",
+            "TCP_MD5SIG",
+            "TCP_MD5SIG_EXT",
+        ):
             raise Unsupported(f"getsockopt({level}, {name}) not emulated")
         conn = sock.conn
         cfg = self.stack.config
@@ -668,7 +723,7 @@ class Syscalls:
             else:
                 actual = sock.opts.get("user_mss") or TCP_MSS_DEFAULT
         elif name == "TCP_USER_TIMEOUT":
-            actual = int(round(sock.opts.get("user_timeout", 0.0) * 1000))
+            actual = round(sock.opts.get("user_timeout", 0.0) * 1000)
         elif name in ("TCP_FASTOPEN",):
             actual = sock.fastopen_qlen
         else:
@@ -676,10 +731,17 @@ class Syscalls:
             if attr is not None:
                 actual = int(sock.reuseaddr)
             else:
-                attr = {"SO_KEEPALIVE": "keepalive", "TCP_NODELAY": "nodelay", "TCP_CORK": "cork",
-                        "TCP_KEEPIDLE": "keepalive_time", "TCP_KEEPINTVL": "keepalive_intvl",
-                        "TCP_KEEPCNT": "keepalive_probes", "SO_LINGER": "linger_zero",
-                        "TCP_FASTOPEN_CONNECT": "", "TCP_FASTOPEN_NO_COOKIE": ""}[name]
+                attr = {
+                    "SO_KEEPALIVE": "keepalive",
+                    "TCP_NODELAY": "nodelay",
+                    "TCP_CORK": "cork",
+                    "TCP_KEEPIDLE": "keepalive_time",
+                    "TCP_KEEPINTVL": "keepalive_intvl",
+                    "TCP_KEEPCNT": "keepalive_probes",
+                    "SO_LINGER": "linger_zero",
+                    "TCP_FASTOPEN_CONNECT": "",
+                    "TCP_FASTOPEN_NO_COOKIE": "",
+                }[name]
                 if name == "TCP_FASTOPEN_CONNECT":
                     actual = int(sock.fastopen_connect)
                 elif name == "TCP_FASTOPEN_NO_COOKIE":
@@ -753,10 +815,12 @@ class Syscalls:
             out |= S["POLLIN"] | S["POLLRDNORM"] | S["POLLRDHUP"]
         if conn.readable_bytes:
             out |= S["POLLIN"] | S["POLLRDNORM"]
-        if not closed and not conn.write_shutdown and conn.state not in (State.SYN_SENT, State.SYN_RECEIVED) \
-                and conn.send_space > 0:
-            out |= S["POLLOUT"] | S["POLLWRNORM"]
-        elif closed:
+        if (
+            not closed
+            and not conn.write_shutdown
+            and conn.state not in (State.SYN_SENT, State.SYN_RECEIVED)
+            and conn.send_space > 0
+        ) or closed:
             out |= S["POLLOUT"] | S["POLLWRNORM"]
         return out & (events | S["POLLERR"] | S["POLLHUP"] | S["POLLNVAL"])
 
@@ -805,5 +869,6 @@ def _check_contents(want: Expr, data: bytes) -> None:
         else:
             ok = data == expected
         if not ok:
-            raise Mismatch(f"data read: expected {expected!r}{'...' if want.ellipsis else ''}, actual {data!r}")
-
+            raise Mismatch(
+                f"data read: expected {expected!r}{'...' if want.ellipsis else ''}, actual {data!r}"
+            )

@@ -1,7 +1,7 @@
 """Observability: ``ss``/``nstat`` views of a stack, a stats file, JSON-lines traces, plots.
 
 * :mod:`usertcp.obs.ss` - :func:`ss_rows`/:func:`format_ss`: connections like ``ss -ti``.
-* :mod:`usertcp.obs.nstat` - :func:`nstat`/:func:`format_nstat`: counters with Linux names.
+* :mod:`usertcp.obs.counters` - :func:`nstat`/:func:`format_nstat`: counters with Linux names.
 * :mod:`usertcp.obs.stats` - the ``--stats-file`` JSON format a running stack can write.
 * :mod:`usertcp.obs.trace` - :class:`JsonLinesTracer` (``stack.tracer``) and :class:`Sampler`.
 * :mod:`usertcp.obs.plot` - sequence/time and cwnd/time graphs to PNG (matplotlib).
@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from usertcp.obs.nstat import format_nstat, nstat
+from usertcp.obs.counters import format_nstat, nstat
 from usertcp.obs.progress import progress
 from usertcp.obs.ss import format_ss, ss_rows
 from usertcp.obs.stats import StatsFileWriter, read_stats_file, stats_snapshot, write_stats_file

@@ -87,8 +87,10 @@ def plot_trace(source: str | os.PathLike[str] | list[Event], output: str | os.Pa
             t0 = t
         t -= t0
         if name == "transport:packet_sent" and c == conn:
-            if d.get("len", 0) > 0:
-                lo, hi = d["rel_seq"], d["rel_seq"] + d["len"]
+            # A FIN occupies one sequence number, so a FIN-only retransmission is drawn too.
+            fin = "F" in d.get("flags", "")
+            if d.get("len", 0) > 0 or (fin and d.get("retransmission")):
+                lo, hi = d["rel_seq"], d["rel_seq"] + max(d.get("len", 0), 1 if fin else 0)
                 if d.get("retransmission"):
                     rtx_t.append(t)
                     rtx_lo.append(lo)

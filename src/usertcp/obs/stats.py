@@ -14,7 +14,8 @@ Format (one JSON object, UTF-8, rewritten atomically: temp file + ``os.replace``
     }
 
 A file may instead hold ``{"format": "usertcp-stats", "version": 1, "stacks": [snapshot, ...]}``
-for several stacks. Readers ignore keys they do not know.
+for several stacks. Only ``counters`` is required: the bare ``{"counters": {...},
+"connections": [...]}`` is accepted, and readers ignore keys they do not know.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import tempfile
 import time
 from typing import Any
 
-from usertcp.obs.nstat import nstat
+from usertcp.obs.counters import nstat
 from usertcp.obs.ss import ss_rows
 from usertcp.tcp.stack import Stack
 
@@ -75,7 +76,9 @@ def read_stats_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             obj = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{os.fspath(path)}: not JSON ({e})") from None
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+    # The bare form {"counters": {...}, "connections": [...]} (no "format" key) is accepted too.
+    if not isinstance(obj, dict) or obj.get("format", FORMAT) != FORMAT \
+            or ("stacks" not in obj and not isinstance(obj.get("counters"), dict)):
         raise ValueError(f"{os.fspath(path)}: not a usertcp stats file")
     if obj.get("version", 0) > VERSION:
         raise ValueError(f"{os.fspath(path)}: stats format version {obj['version']} is newer than {VERSION}")

@@ -45,6 +45,8 @@ class StackConfig:
     keepalive_intvl: float = 75.0
     keepalive_probes: int = 9
     reordering: int = 3                   # tcp_reordering: DupThresh (RFC 5681/6675)
+    rack: bool = True                     # tcp_recovery bit 0: RACK loss detection (RFC 8985)
+    tlp: bool = True                      # tcp_early_retrans >= 3: tail loss probes (RFC 8985 §7)
     fastopen: int = TFO_CLIENT_ENABLE     # tcp_fastopen bit mask
     fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
     fastopen_backup_key: bytes | None = None
@@ -148,6 +150,8 @@ _SYSCTLS = {
     "tcp_syncookies": _set_int("syncookies"),
     "tcp_max_syn_backlog": _set_int("max_syn_backlog"),
     "tcp_reordering": _set_int("reordering"),
+    "tcp_recovery": lambda c, v: setattr(c, "rack", bool(_int(v) & 1)),
+    "tcp_early_retrans": lambda c, v: setattr(c, "tlp", _int(v) >= 3),
     "tcp_min_tso_segs": _set_int("min_tso_segs"),
     "tcp_slow_start_after_idle": _set_bool("slow_start_after_idle"),
     "tcp_abort_on_overflow": _set_bool("abort_on_overflow"),

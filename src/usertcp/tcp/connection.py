@@ -79,13 +79,14 @@ CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
 class SentSegment:
     """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
 
-    __slots__ = ("end", "fin", "lost", "retrans", "sacked", "start", "tx_count", "tx_time")
+    __slots__ = ("end", "fin", "first_tx", "lost", "retrans", "sacked", "start", "tx_count", "tx_time")
 
     def __init__(self, start: int, end: int, fin: bool, now: float) -> None:
         self.start = start
         self.end = end
         self.fin = fin
         self.tx_time = now
+        self.first_tx = now
         self.tx_count = 1
         self.retrans = False
         self.sacked = False
@@ -165,6 +166,19 @@ class Connection:
         self.last_rcv_time = 0.0
         self.last_snd_time = 0.0
         self.dsack: tuple[int, int] | None = None
+        self._acked_unsacked = 0
+        self._ts_last = 0
+        # RACK-TLP (RFC 8985), Linux's default loss detection for SACK connections.
+        self.rack_xmit_ts = -1.0       # RACK.xmit_ts: send time of the latest-sent delivered segment
+        self.rack_end = 0              # RACK.end_seq (offset)
+        self.rack_rtt = 0.0            # RACK.rtt
+        self.rack_fack = 0             # highest end offset delivered (RACK.fack)
+        self.rack_reord = False        # reordering seen (RACK.reord)
+        self.rack_deadline = INF       # the reordering timer
+        self.reordering = cfg.reordering   # tp->reordering, in segments (tcpi_reordering)
+        self.tlp_deadline = INF        # the probe timeout (PTO)
+        self.tlp_high = -1             # snd_max when the outstanding probe was sent; -1: none
+        self.accepted = False          # handed to the application by accept()
         self._ack_now_flag = False
         self.rcv_mss = 536
 
@@ -186,8 +200,11 @@ class Connection:
         self.pred_flags = 0                    # 0: header prediction off
 
         # Socket options.
-        self.nodelay = False
-        self.cork = False
+        self._nodelay = False
+        self._cork = False
+        self.more_pending = False      # the last write had MSG_MORE: hold its partial segment
+        self.push_end = 0              # stream end of the last write without MSG_MORE (PSH mark)
+        self._force_push = False       # one push overriding cork/MSG_MORE (TCP_NODELAY set, uncork)
         self.keepalive = False
         self.keepalive_time = cfg.keepalive_time
         self.keepalive_intvl = cfg.keepalive_intvl
@@ -201,6 +218,7 @@ class Connection:
         self.rtt = RttEstimator(rto_initial=cfg.rto_initial, rto_min=cfg.rto_min, rto_max=cfg.rto_max)
         self.cc: CongestionControl = create_congestion_control(cfg.congestion_control, 536)
         self.delivered = 0
+        self.delivered_segs = 0        # Linux tp->delivered: packets, the SYN(-ACK) included
         self.bytes_acked = 0
         self.bytes_received = 0
         self.segs_in = 0
@@ -215,6 +233,30 @@ class Connection:
         # in-order data or EOF became readable, and after acknowledged data freed send space.
         self.on_readable: Callable[[Connection], None] | None = None
         self.on_writable: Callable[[Connection], None] | None = None
+
+    # ------------------------------------------------------------------ options
+
+    @property
+    def nodelay(self) -> bool:
+        return self._nodelay
+
+    @nodelay.setter
+    def nodelay(self, value: bool) -> None:
+        # Linux do_tcp_setsockopt(TCP_NODELAY): setting it also pushes what is pending,
+        # corked or not (TCP_NAGLE_PUSH).
+        self._nodelay = bool(value)
+        if value:
+            self._force_push = True
+
+    @property
+    def cork(self) -> bool:
+        return self._cork
+
+    @cork.setter
+    def cork(self, value: bool) -> None:
+        if self._cork and not value:
+            self._force_push = True      # uncorking pushes the pending partial frame
+        self._cork = bool(value)
 
     # ------------------------------------------------------------------ helpers
 
@@ -274,6 +316,7 @@ class Connection:
             self.mib["TcpCurrEstab"] -= 1
         if state is State.ESTABLISHED and old in (State.SYN_SENT, State.SYN_RECEIVED):
             self.mib["TcpActiveOpens" if not self.passive else "TcpPassiveOpens"] += 1
+            self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
         if state is State.CLOSED and old in (State.SYN_SENT, State.SYN_RECEIVED):
             self.mib["TcpAttemptFails"] += 1
         self.stack.trace_state(self, old, state, now)
@@ -320,7 +363,13 @@ class Connection:
         return field
 
     def _tsval(self, now: float) -> int:
-        return (int(now * 1000) + self.ts_offset) & SEQ_MASK
+        # RFC 7323 §5.4: TSval must never go backwards, even if a caller's clock reading is
+        # older than one used before (the peer's PAWS would drop the segment).
+        t = int(now * 1000)
+        if t < self._ts_last:
+            t = self._ts_last
+        self._ts_last = t
+        return (t + self.ts_offset) & SEQ_MASK
 
     def _emit(self, now: float, off: int, flags: int, payload: list[memoryview] | tuple[()] = (),
               options: bytes | None = None, gso_size: int = 0) -> None:
@@ -357,7 +406,7 @@ class Connection:
             room = 40 - (12 if ts else 0) - (20 if self.md5_key is not None else 0)
             max_blocks = (room - 4) // 8
             irs = self.irs
-            if self.dsack is not None:
+            if self.dsack is not None and max_blocks > 0:
                 blocks.append(((irs + self.dsack[0]) & SEQ_MASK, (irs + self.dsack[1]) & SEQ_MASK))
             for left, right in self.ooo.sack_blocks(max_blocks):
                 if len(blocks) >= max_blocks:
@@ -486,8 +535,12 @@ class Connection:
         else:
             chunk = bytes(memoryview(data)[:n])   # the caller may reuse a mutable buffer
         self.snd_buf.append(chunk)
+        self.more_pending = more
+        if not more:
+            self.push_end = self.snd_buf.end
         if self.is_synchronized:
-            self.output(now, more=more)
+            self.output(now)
+            self._schedule()      # the stack must learn the retransmission deadline
         return n
 
     def send_views(self, views: list[memoryview], now: float) -> int:
@@ -498,8 +551,11 @@ class Connection:
         for v in views:
             self.snd_buf.append(v)
             total += len(v)
+        self.more_pending = False
+        self.push_end = self.snd_buf.end
         if self.is_synchronized:
             self.output(now)
+            self._schedule()
         return total
 
     def options_changed(self, now: float) -> None:
@@ -715,8 +771,14 @@ class Connection:
         self.mib["TcpExtTCPChallengeACK"] += 1
         self.send_ack(now)
 
-    def _oow_allowed(self, now: float) -> bool:
-        """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit."""
+    def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
+        """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.
+
+        Data segments without SYN are exempt ("not likely part of an ACK loop") and do not
+        use up the slot that challenge ACKs share.
+        """
+        if seg is not None and len(seg.payload) and not seg.flags & SYN:
+            return True
         if now - self.oow_last < self.config.invalid_ratelimit:
             return False
         self.oow_last = now
@@ -741,7 +803,7 @@ class Connection:
         if self.ts_ok and seg.ts_val >= 0 and not flags & RST:
             if seq_diff(seg.ts_val, self.ts_recent) < 0 and now - self.ts_recent_time < TS_PAWS_IDLE:
                 mib["TcpExtPAWSEstab"] += 1
-                if self._oow_allowed(now):
+                if self._oow_allowed(now, seg):
                     self.send_ack(now)
                 return
 
@@ -781,8 +843,10 @@ class Connection:
                 if self.sack_ok and self.config.dsack:
                     end = min(seg_off + plen, self.rcv_nxt)
                     self.dsack = (seg_off, end)
-            if self._oow_allowed(now) or seg_off < self.rcv_nxt:
+            if self._oow_allowed(now, seg):
                 self.send_ack(now)
+            else:
+                mib["TcpExtTCPACKSkippedSeq"] += 1
             return
 
         # Second: RST (RFC 5961 §3.2).
@@ -790,6 +854,7 @@ class Connection:
             if seg_off == self.rcv_nxt or (wnd == 0 and seg_off == self.rcv_nxt):
                 if st is State.SYN_RECEIVED and self.passive:
                     self.stack.forget_embryonic(self)
+                    self.error = errno.ECONNRESET   # only a fast-open child is visible to an app
                     self._close_now(now)
                     return
                 if st is State.TIME_WAIT:
@@ -915,8 +980,10 @@ class Connection:
         win = seg.window << self.snd_wscale
 
         sack_new = False
+        sacked_before = self.sacked_bytes
         if seg.sack_blocks and self.sack_ok:
             sack_new = self._process_sack(seg.sack_blocks, ack_off, now)
+        newly_sacked = max(self.sacked_bytes - sacked_before, 0)
 
         # RFC 9293 §3.10.7.4: window update when the segment is newer (Linux tcp_may_update_window).
         if ack_off > self.snd_una or seg_off > self.snd_wl1 \
@@ -944,12 +1011,20 @@ class Connection:
                         self._mark_lost(self.rtx[0])
             elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
                 self.ca_state = CA_OPEN
-            if self.ca_state == CA_OPEN or self.ca_state == CA_DISORDER:
-                self.cc.on_ack(acked, now, self.rtt.latest_rtt, prior_in_flight,
+            if self.ca_state == CA_DISORDER and not self.sack_ok:
+                self.reno_dupacks = 0          # new data acked: the dupack episode is over
+                if not self.lost_bytes:
+                    self.ca_state = CA_OPEN
+            if self.ca_state != CA_RECOVERY:
+                # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
+                # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
+                # held during fast recovery (RFC 6675 §5).
+                self.cc.on_ack(self._acked_unsacked + newly_sacked, now, self.rtt.latest_rtt,
+                               prior_in_flight,
                                app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss
                                and not self.unsent_bytes)
             if self.sacked_bytes:
-                self._detect_losses()
+                self._detect_losses(now)
         elif ack_off == self.snd_una and self.snd_max > self.snd_una:
             # RFC 5681 §2 duplicate ACK: no data, no window change, data outstanding.
             if not plen and not flags & (SYN | FIN) and (win == self.snd_wnd or sack_new):
@@ -965,15 +1040,18 @@ class Connection:
                     elif self.ca_state == CA_RECOVERY:
                         self.reno_dupacks = min(self.reno_dupacks + 1, self._outstanding_segments())
                 elif sack_new:
-                    self._detect_losses()
+                    self._detect_losses(now)
             elif sack_new:
-                self._detect_losses()
+                self._detect_losses(now)
         if self.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER) and self.lost_bytes:
             self._enter_recovery(now)
         elif self.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
             self.ca_state = CA_DISORDER
         if not plen and ack_off >= prior_una and flags == ACK:
             mib["TcpExtTCPPureAcks"] += 1
+        if ack_off > prior_una or sack_new:
+            self.tlp_deadline = INF
+            self._arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
 
     def _outstanding_segments(self) -> int:
         return max((self.snd_nxt - self.snd_una + self.mss - 1) // max(self.mss, 1), 0)
@@ -983,9 +1061,14 @@ class Connection:
         acked = ack_off - self.snd_una
         rtx = self.rtx
         rtt_sample: float | None = None
+        acked_unsacked = 0
         while rtx and rtx[0].end <= ack_off:
             r = rtx.popleft()
             n = r.end - r.start
+            if not r.sacked:
+                acked_unsacked += n
+                self._rack_note(r, now)
+                self.delivered_segs += max(1, (n - (1 if r.fin else 0) + self.mss - 1) // max(self.mss, 1))
             if r.sacked:
                 self.sacked_bytes -= n
             else:
@@ -1001,6 +1084,7 @@ class Connection:
             if r.sacked:
                 self.sacked_bytes -= cut
             else:
+                acked_unsacked += cut
                 if r.lost:
                     self.lost_bytes -= cut
                 if r.retrans:
@@ -1022,6 +1106,10 @@ class Connection:
             self.snd_max = ack_off
         self.bytes_acked += acked
         self.delivered += acked
+        if self.tlp_high >= 0 and ack_off >= self.tlp_high:
+            self.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
+        # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
+        self._acked_unsacked = acked_unsacked
         if self.on_writable is not None and data_end > 0:
             self.on_writable(self)
         # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
@@ -1077,24 +1165,42 @@ class Connection:
                 if r.start >= right:
                     break
                 if not r.sacked:
-                    # Split the record at the block edges so SACK state is exact.
-                    if r.start < left:
-                        tail = SentSegment(left, r.end, r.fin, r.tx_time)
-                        tail.tx_count, tail.retrans, tail.lost = r.tx_count, r.retrans, r.lost
-                        r.end = left
+                    # Linux tcp_match_skb_to_sack: a block marks whole MSS-sized pieces only; a
+                    # partial SACK of a one-MSS segment marks nothing.
+                    mss = max(self.mss, 1)
+                    lo = max(left, r.start)
+                    hi = min(right, r.end)
+                    if lo != r.start or hi != r.end:
+                        if r.end - r.start <= mss:
+                            i += 1
+                            continue
+                        a = r.start + -(-(lo - r.start) // mss) * mss
+                        b = hi if hi == r.end else r.start + ((hi - r.start) // mss) * mss
+                        if a >= b:
+                            i += 1
+                            continue
+                    else:
+                        a, b = lo, hi
+                    if r.start < a:
+                        tail = SentSegment(a, r.end, r.fin, r.tx_time)
+                        tail.tx_count, tail.retrans = r.tx_count, r.retrans
+                        tail.lost, tail.first_tx = r.lost, r.first_tx
+                        r.end = a
                         r.fin = False
                         rtx.insert(i + 1, tail)
                         i += 1
                         continue
-                    if r.end > right:
-                        tail = SentSegment(right, r.end, r.fin, r.tx_time)
-                        tail.tx_count, tail.retrans, tail.lost = r.tx_count, r.retrans, r.lost
-                        r.end = right
+                    if r.end > b:
+                        tail = SentSegment(b, r.end, r.fin, r.tx_time)
+                        tail.tx_count, tail.retrans = r.tx_count, r.retrans
+                        tail.lost, tail.first_tx = r.lost, r.first_tx
+                        r.end = b
                         r.fin = False
                         rtx.insert(i + 1, tail)
                     n = r.end - r.start
                     r.sacked = True
                     self.sacked_bytes += n
+                    self.delivered_segs += max(1, (n + self.mss - 1) // max(self.mss, 1))
                     if r.lost:
                         self.lost_bytes -= n
                         r.lost = False
@@ -1103,6 +1209,7 @@ class Connection:
                         r.retrans = False
                     if r.end > self.high_sacked:
                         self.high_sacked = r.end
+                    self._rack_note(r, now)
                     new = True
                     if r.tx_count == 1 and not self.ts_ok:
                         self.rtt.on_sample(max(now - r.tx_time, 1e-6))
@@ -1120,7 +1227,66 @@ class Connection:
             r.retrans = False
             self.retrans_bytes -= n
 
-    def _detect_losses(self) -> None:
+    def _detect_losses(self, now: float) -> None:
+        """RACK (RFC 8985 §6.2) when enabled, as Linux does for SACK peers; else RFC 6675 IsLost."""
+        if self.config.rack:
+            self._rack_detect(now)
+        else:
+            self._dupthresh_detect()
+
+    def _rack_note(self, r: SentSegment, now: float) -> None:
+        """RFC 8985 §6.2 steps 1-3: a segment was just delivered (cumulatively or by SACK)."""
+        if r.tx_count > 1 and now - r.tx_time < (self.rtt.min_rtt or 0.0):
+            return                      # the ACK may be for the original transmission
+        if r.tx_time > self.rack_xmit_ts or (r.tx_time == self.rack_xmit_ts and r.end > self.rack_end):
+            self.rack_xmit_ts = r.tx_time
+            self.rack_end = r.end
+            self.rack_rtt = now - r.tx_time
+        if r.end < self.rack_fack:
+            if r.tx_count == 1:
+                # Delivered below what was already delivered, never retransmitted: reordering.
+                self.rack_reord = True
+                dist = -(-(self.rack_fack - r.start) // max(self.mss, 1))
+                if dist > self.reordering:
+                    self.reordering = min(dist, 300)       # Linux caps at tcp_max_reordering
+        else:
+            self.rack_fack = r.end
+
+    def _rack_reo_wnd(self) -> float:
+        """RFC 8985 §6.2 step 4 (Linux tcp_rack_reo_wnd)."""
+        if not self.rack_reord:
+            if self.ca_state in (CA_RECOVERY, CA_LOSS):
+                return 0.0
+            if self.sacked_bytes >= self.reordering * self.mss:
+                return 0.0
+        min_rtt = self.rtt.min_rtt or 0.0
+        return min(min_rtt / 4, self.rtt.srtt or min_rtt)
+
+    def _rack_detect(self, now: float) -> None:
+        """RFC 8985 §6.2 step 5: lost if sent before RACK.xmit_ts and older than RTT + reo_wnd."""
+        if self.rack_xmit_ts < 0:
+            return
+        reo = self._rack_reo_wnd()
+        xts, xend = self.rack_xmit_ts, self.rack_end
+        wait = INF
+        for r in self.rtx:
+            if r.sacked or (r.lost and not r.retrans):
+                continue
+            if r.tx_time > xts or (r.tx_time == xts and r.end >= xend):
+                continue                 # not sent before the latest delivered segment
+            remaining = r.tx_time + self.rack_rtt + reo - now
+            if remaining <= 1e-9:
+                if r.lost:               # a lost retransmission: eligible again
+                    r.retrans = False
+                    self.retrans_bytes -= r.end - r.start
+                else:
+                    self._mark_lost(r)
+            elif remaining < wait:
+                wait = remaining
+        # Linux adds TCP_TIMEOUT_MIN (2 ms) to the reordering timer.
+        self.rack_deadline = now + wait + 0.002 if wait != INF else INF
+
+    def _dupthresh_detect(self) -> None:
         """RFC 6675 §4 IsLost: DupThresh SACKed segments, or more than (DupThresh-1)*SMSS bytes, above."""
         thresh = self.config.reordering
         limit = (thresh - 1) * self.mss
@@ -1259,7 +1425,7 @@ class Connection:
 
     # ------------------------------------------------------------------ output
 
-    def output(self, now: float, *, more: bool = False) -> None:
+    def output(self, now: float) -> None:
         """Send what the windows allow: retransmissions, new data, FIN, then any owed ACK."""
         st = self.state
         if st is State.CLOSED or st is State.LISTEN or st is State.TIME_WAIT:
@@ -1276,13 +1442,17 @@ class Connection:
         if self.lost_bytes:
             sent = self._send_retransmissions(now)
         if self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0):
-            sent = self._send_new_data(now, more) or sent
+            sent = self._send_new_data(now) or sent
+        self._force_push = False
         if self._ack_now_flag:
             self._ack_now_flag = False
             if not sent or self.ack_pending:
                 self.send_ack(now)
         if self.snd_max > self.snd_una and self.rto_deadline == INF:
             self.rto_deadline = now + self.rtt.timeout
+        if sent:
+            self.tlp_deadline = INF      # Linux re-arms the probe after each transmission
+            self._arm_tlp(now)
         self._arm_probe(now)
         if self.keepalive and self.state in SYNCHRONIZED:
             self.keepalive_deadline = self.last_rcv_time + self.keepalive_time \
@@ -1312,7 +1482,7 @@ class Connection:
         # Re-cut to the current MSS (the MSS may have shrunk).
         if r.end - r.start - (1 if r.fin else 0) > self.mss:
             tail = SentSegment(r.start + self.mss, r.end, r.fin, r.tx_time)
-            tail.tx_count, tail.lost = r.tx_count, r.lost
+            tail.tx_count, tail.lost, tail.first_tx = r.tx_count, r.lost, r.first_tx
             r.end = r.start + self.mss
             r.fin = False
             self.rtx.insert(index + 1, tail)
@@ -1335,7 +1505,7 @@ class Connection:
         if self.rto_deadline == INF:
             self.rto_deadline = now + self.rtt.timeout
 
-    def _send_new_data(self, now: float, more: bool) -> bool:
+    def _send_new_data(self, now: float) -> bool:
         """RFC 9293 §3.8.6.2.1 sender SWS avoidance, Nagle (Minshall), cwnd and rwnd limits."""
         sent = False
         mss = self.mss
@@ -1366,24 +1536,31 @@ class Connection:
                 if size < self.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
                     if not (cwnd_room < mss and self.snd_nxt == self.snd_una):
                         break
-            if size < mss and size == avail:
+            if size < mss and size == avail and not self._force_push:
                 # A partial segment of all remaining data: Nagle/cork decide (RFC 896, Linux).
-                if self.cork or more:
+                if self._cork or self.more_pending:
                     break
-                if not self.nodelay and self.snd_sml > self.snd_una and self.snd_nxt > self.snd_una:
+                if not self._nodelay and self.snd_sml > self.snd_una and self.snd_nxt > self.snd_una:
                     break
             fin = self.fin_queued and nxt + size == data_end
-            self._emit_new(now, nxt, size, fin=fin)
+            # Linux marks PSH where a transmit burst ends: the end of the written data, or
+            # the last segment the windows let out now (what packetdrill sees of TSO skbs).
+            rest = avail - size
+            room_after = min(wnd_room, cwnd_room) - size
+            # Limited transmit (a dupack let one segment out, RFC 3042) sends no PSH in Linux.
+            burst_end = self.ca_state == CA_OPEN and not self.more_pending \
+                and (rest <= 0 or room_after < min(mss, rest))
+            self._emit_new(now, nxt, size, fin=fin, push=burst_end)
             sent = True
             if size < mss:
                 self.snd_sml = nxt + size
         return sent
 
-    def _emit_new(self, now: float, off: int, size: int, *, fin: bool) -> None:
+    def _emit_new(self, now: float, off: int, size: int, *, fin: bool, push: bool = False) -> None:
         payload = self.snd_buf.views(off - 1, size) if size else []
         flags = ACK
-        if size and off - 1 + size >= self.snd_buf.end:
-            flags |= PSH            # Linux pushes at the end of what the application wrote
+        if size and (push or (off - 1 + size >= self.push_end > off - 1)):
+            flags |= PSH            # Linux pushes at the end of a write without MSG_MORE
         if fin:
             flags |= FIN
         end = off + size + (1 if fin else 0)
@@ -1401,10 +1578,12 @@ class Connection:
 
     def _arm_probe(self, now: float) -> None:
         """RFC 9293 §3.8.6.1: probe a zero window when data waits and nothing is in flight."""
-        if self.snd_wnd == 0 and self.snd_nxt == self.snd_una and self.unsent_bytes > 0:
+        # Linux tcp_check_probe_timer also covers data held back by cork/MSG_MORE/Nagle with
+        # nothing in flight: the probe timer (one RTO) then sends it (tcp_write_wakeup).
+        if self.snd_nxt == self.snd_una and self.unsent_bytes > 0:
             if self.probe_deadline == INF:
                 self.probe_deadline = now + self.rtt.timeout
-        elif self.probe_deadline != INF and (self.snd_wnd > 0 or self.unsent_bytes == 0):
+        elif self.probe_deadline != INF:
             self.probe_deadline = INF
             self.probes_out = 0
 
@@ -1412,7 +1591,7 @@ class Connection:
 
     def next_deadline(self) -> float:
         return min(self.rto_deadline, self.delack_deadline, self.probe_deadline,
-                   self.keepalive_deadline, self.time_wait_deadline)
+                   self.keepalive_deadline, self.time_wait_deadline, self.tlp_deadline, self.rack_deadline)
 
     def _update_prediction(self) -> None:
         """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
@@ -1440,9 +1619,11 @@ class Connection:
         if self.snd_wnd and self.probe_deadline != INF:
             self.probe_deadline = INF
             self.probes_out = 0
-        acked = self._ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
+        self._ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
         self.dupacks = 0
-        self.cc.on_ack(acked, now, self.rtt.latest_rtt, prior_in_flight,
+        self.tlp_deadline = INF
+        self._arm_tlp(now)
+        self.cc.on_ack(self._acked_unsacked, now, self.rtt.latest_rtt, prior_in_flight,
                        app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss and not self.unsent_bytes)
         if self.state is not State.CLOSED:
             self.output(now)
@@ -1494,8 +1675,17 @@ class Connection:
             self.mib[expired] += 1
             self._close_now(now)
             return
+        if now >= self.rack_deadline:
+            self.rack_deadline = INF
+            self._detect_losses(now)
+            if self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER):
+                self._enter_recovery(now)
+        if now >= self.tlp_deadline:
+            self.tlp_deadline = INF
+            self._on_tlp(now)        # re-arms the RTO when it sends a probe
         if now >= self.rto_deadline:
             self.rto_deadline = INF
+            self.tlp_deadline = INF
             self._on_rto(now)
         if self.state is not State.CLOSED and now >= self.delack_deadline:
             self.delack_deadline = INF
@@ -1538,6 +1728,8 @@ class Connection:
             self._fail(errno.ETIMEDOUT, now)
             return
         self.mib["TcpExtTCPTimeouts"] += 1
+        self.tlp_high = -1
+        self.rack_deadline = INF
         self.cc.on_rto(now, self.cc.cwnd, first_timeout=self.retransmits == 0)
         self.ca_state = CA_LOSS
         self.recover = self.snd_max
@@ -1556,12 +1748,80 @@ class Connection:
             self._retransmit(self.rtx[0], now)
         self.rto_deadline = now + self.rtt.timeout
 
+    def _arm_tlp(self, now: float) -> None:
+        """RFC 8985 §7.2: arm the probe timeout (PTO) while data is outstanding in Open state."""
+        if (not self.config.tlp or self.ca_state != CA_OPEN or self.snd_max <= self.snd_una
+                or self.tlp_high >= 0 or self.tlp_deadline != INF
+                or self.state not in (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1,
+                                      State.CLOSING, State.LAST_ACK)):
+            return
+        srtt = self.rtt.srtt
+        if srtt is None:
+            pto = 1.0
+        else:
+            pto = 2 * srtt
+            if self.snd_max - self.snd_una <= self.mss + 1:
+                # One segment out: allow for a delayed ACK (RFC 8985 §7.2, WCDelAckT).
+                pto = max(pto, 1.5 * srtt + self.config.delack_max)
+            pto = max(pto, 0.002)       # Linux TCP_TIMEOUT_MIN
+        # Linux caps the PTO at the RTO; the probe then goes out in the RTO's place.
+        self.tlp_deadline = min(now + pto, self.rto_deadline)
+
+    def _on_tlp(self, now: float) -> None:
+        """RFC 8985 §7.3: send one new segment if possible, else retransmit the last one."""
+        if self.snd_max <= self.snd_una or self.ca_state != CA_OPEN:
+            return
+        self.mib["TcpExtTCPLossProbes"] += 1
+        data_end = self.snd_buf.end + 1
+        room = self.snd_una + self.snd_wnd - self.snd_nxt
+        avail = data_end - self.snd_nxt
+        if avail > 0 and room > 0:
+            size = min(self.mss, avail, room)
+            self._emit_new(now, self.snd_nxt, size, fin=self.fin_queued and self.snd_nxt + size == data_end)
+        elif avail <= 0 and self.fin_queued and self.snd_nxt == data_end:
+            self._emit_new(now, self.snd_nxt, 0, fin=True)
+        else:
+            idx = len(self.rtx) - 1
+            while idx >= 0 and self.rtx[idx].sacked:
+                idx -= 1
+            if idx < 0:
+                return
+            r = self.rtx[idx]
+            if r.end - r.start > self.mss + (1 if r.fin else 0):
+                # Probe with the last MSS of a super-segment.
+                cut = r.end - self.mss - (1 if r.fin else 0)
+                tail = SentSegment(cut, r.end, r.fin, r.tx_time)
+                tail.tx_count, tail.retrans = r.tx_count, r.retrans
+                tail.lost, tail.first_tx = r.lost, r.first_tx
+                r.end = cut
+                r.fin = False
+                self.rtx.insert(idx + 1, tail)
+                r = tail
+                idx += 1
+            if r.retrans:
+                return
+            self.mib["TcpExtTCPLossProbeRecovery" if r.lost else "UsertcpLossProbeRetrans"] += 1
+            self._retransmit(r, now, idx)
+        self.tlp_high = self.snd_max
+        self.rto_deadline = now + self.rtt.timeout
+
     def _user_timeout_expired(self, now: float) -> bool:
-        return bool(self.user_timeout) and now - self.first_rto_time >= self.user_timeout
+        """RFC 5482 / Linux retransmits_timed_out: time since the oldest unacked data first left."""
+        if not self.user_timeout:
+            return False
+        start = self.rtx[0].first_tx if self.rtx else self.first_rto_time
+        return now - start >= self.user_timeout
 
     def _on_probe(self, now: float) -> None:
         """A zero-window probe: Linux sends an ACK with SEQ = SND.UNA - 1 (tcp_xmit_probe_skb)."""
-        if self.snd_wnd > 0 or self.unsent_bytes == 0:
+        if self.unsent_bytes == 0:
+            self.probes_out = 0
+            return
+        room = self.snd_una + self.snd_wnd - self.snd_nxt
+        if room > 0:
+            # Linux tcp_write_wakeup: the window is open, so send held data now, with PSH.
+            size = min(self.mss, self.unsent_bytes, room)
+            self._emit_new(now, self.snd_nxt, size, fin=False, push=True)
             self.probes_out = 0
             return
         if self.probes_out >= self.config.retries2 or (self.user_timeout and
@@ -1623,7 +1883,8 @@ class Connection:
             "tcpi_lost": (self.lost_bytes + mss - 1) // mss,
             "tcpi_retrans": (self.retrans_bytes + mss - 1) // mss,
             "tcpi_pmtu": self.config.mtu,
-            "tcpi_advmss": self.stack.mtu_mss(self.v6) - (12 if self.ts_ok else 0),
+            "tcpi_advmss": (min(self.stack.mtu_mss(self.v6), self.user_mss or 65535)
+                            - (12 if self.ts_ok else 0)),
             "tcpi_snd_ssthresh": min(self.cc.ssthresh // mss, 0x7FFFFFFF),
             "tcpi_snd_cwnd": self.cc.cwnd // mss,
             "tcpi_total_retrans": self.total_retrans,
@@ -1633,9 +1894,10 @@ class Connection:
             "tcpi_data_segs_out": self.data_segs_out,
             "tcpi_bytes_acked": self.bytes_acked,
             "tcpi_bytes_received": self.bytes_received,
-            "tcpi_delivered": (self.delivered + mss - 1) // mss + (self.state is not State.SYN_SENT),
+            "tcpi_delivered": self.delivered_segs,
             "tcpi_notsent_bytes": self.unsent_bytes,
             "tcpi_snd_wnd": self.snd_wnd,
+            "tcpi_reordering": self.reordering,
             "tcpi_rcv_space": self.rcvbuf_limit,
         }
         out.update(rtt.as_info())

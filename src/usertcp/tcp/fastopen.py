@@ -266,7 +266,7 @@ class FastOpen:
             return                        # the SYN-ACK goes first
         # Only once the application wrote: the preload's remainder otherwise waits for the 3rd ACK.
         if conn.snd_buf.end > st.preload_len and conn.snd_nxt <= conn.snd_buf.end:
-            conn._send_new_data(now, False)
+            conn._send_new_data(now)
 
     def on_established_passive(self, conn: Connection, now: float, ack_off: int) -> bool:
         """The 3rd ACK: resend SYN-ACK data it leaves unacknowledged. True if queued at SYN time."""

@@ -143,6 +143,7 @@ class Listener:
         """Pop one established connection, or None (the caller maps that to EAGAIN)."""
         if self.accept_queue:
             conn = self.accept_queue.pop(0)
+            conn.accepted = True
             if conn.state is State.CLOSED and not conn.error and conn in self.tfo_children:
                 # A TFO child reset in SYN_RECV stays queued; Linux tcp_reset reports ECONNRESET.
                 conn.error = errno.ECONNRESET
@@ -420,8 +421,8 @@ class Stack:
         if lst is None:
             return
         lst.embryonic.discard(conn)
-        if lst.closed:
-            conn.abort(now)
+        if lst.closed and not conn.accepted:
+            conn.abort(now)     # an unaccepted child dies with its listener (inet_csk_listen_stop)
             return
         if queued:
             return              # accepted (or waiting) since its SYN; do not queue it twice

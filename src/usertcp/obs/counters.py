@@ -1,5 +1,7 @@
 """``usertcp nstat``: a stack's counters under their Linux nstat/SNMP names.
 
+(The module is ``counters`` so that it does not shadow the :func:`nstat` function.)
+
 Library: :func:`nstat` (a sorted dict) and :func:`format_nstat` (text like ``nstat -a``).
 CLI: ``usertcp nstat`` runs the same short in-memory transfer as ``usertcp ss`` or
 reads a stats file (``--stats-file``).
