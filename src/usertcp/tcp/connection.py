@@ -76,6 +76,11 @@ HP_MASK = 0xF0F7FFFF
 CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
 
 
+def _flag_letters(flags: int) -> str:
+    return "".join(c for bit, c in ((SYN, "S"), (ACK, "A"), (FIN, "F"), (RST, "R"), (PSH, "P"))
+                   if flags & bit)
+
+
 class SentSegment:
     """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
 
@@ -264,6 +269,20 @@ class Connection:
         return f"<Connection {self.stack.fmt_addr(self.local_ip)}:{self.local_port} -> " \
                f"{self.stack.fmt_addr(self.remote_ip)}:{self.remote_port} {self.state.name}>"
 
+    @property
+    def trace_id(self) -> str:
+        fmt = self.stack.fmt_addr
+        return f"{fmt(self.local_ip)}:{self.local_port}-{fmt(self.remote_ip)}:{self.remote_port}"
+
+    def _trace_ca(self, old: int, trigger: str, now: float) -> None:
+        """Congestion state and window changes for the event trace."""
+        names = ("open", "disorder", "cwr", "recovery", "loss")
+        self.stack.trace(self, "recovery:congestion_state_updated",
+                         {"old": names[old], "new": names[self.ca_state], "trigger": trigger}, now)
+        self.stack.trace(self, "recovery:metrics_updated", {
+            "cwnd": self.cc.cwnd, "ssthresh": self.cc.ssthresh if self.cc.ssthresh < 1 << 60 else None,
+            "bytes_in_flight": self.in_flight, "smoothed_rtt": self.rtt.srtt, "rto": self.rtt.timeout}, now)
+
     def _seq(self, off: int) -> int:
         return (self.iss + off) & SEQ_MASK
 
@@ -393,6 +412,12 @@ class Connection:
         self.stack.output(pkt)
         self.segs_out += 1
         self.last_snd_time = now
+        if self.stack.tracer is not None:
+            plen = sum(len(p) for p in payload)
+            self.stack.trace(self, "transport:packet_sent", {
+                "rel_seq": off, "len": plen, "flags": _flag_letters(flags), "rel_ack": self.rcv_nxt,
+                "window": window << (0 if syn else self.rcv_wscale),
+                "retransmission": off + plen <= self.snd_max and bool(plen or flags & (SYN | FIN))}, now)
         mib = self.mib
         mib["TcpOutSegs"] += 1
         if flags & RST:
@@ -1222,6 +1247,10 @@ class Connection:
         n = r.end - r.start
         r.lost = True
         self.lost_bytes += n
+        if self.stack.tracer is not None:
+            self.stack.trace(self, "recovery:packet_lost", {
+                "rel_seq": r.start, "end": r.end, "trigger": "rack" if self.config.rack and self.sack_ok
+                else ("sack" if self.sack_ok else "reno")}, self.stack.now)
         if r.retrans:
             # A lost retransmission: it no longer counts in the pipe (RFC 6675 §4 SetPipe).
             r.retrans = False
@@ -1306,13 +1335,19 @@ class Connection:
         self.mib["TcpExtTCPSackRecovery" if self.sack_ok else "TcpExtTCPRenoRecovery"] += 1
         # Linux bases ssthresh on cwnd (tcp_reno_ssthresh / bictcp_recalc_ssthresh).
         self.cc.on_congestion_event(now, self.cc.cwnd)
+        old = self.ca_state
         self.ca_state = CA_RECOVERY
         self.recover = self.snd_max
+        if self.stack.tracer is not None:
+            self._trace_ca(old, "loss_detected", now)
 
     def _exit_recovery(self) -> None:
         if self.ca_state == CA_RECOVERY:
             self.cc.on_recovery_exit()
+        old = self.ca_state
         self.ca_state = CA_OPEN
+        if self.stack.tracer is not None:
+            self._trace_ca(old, "recovery_done", self.stack.now)
         self.reno_dupacks = 0
         self.dupacks = 0
 
@@ -1499,6 +1534,10 @@ class Connection:
         r.tx_count += 1
         r.tx_time = now
         self.total_retrans += 1
+        if self.stack.tracer is not None:
+            reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(self.ca_state, "probe")
+            self.stack.trace(self, "tcp:retransmit", {"rel_seq": r.start, "end": r.end,
+                                                      "tx_count": r.tx_count, "reason": reason}, now)
         self.mib["TcpRetransSegs"] += 1
         if self.ca_state == CA_RECOVERY:
             self.mib["TcpExtTCPFastRetrans"] += 1
@@ -1731,7 +1770,12 @@ class Connection:
         self.tlp_high = -1
         self.rack_deadline = INF
         self.cc.on_rto(now, self.cc.cwnd, first_timeout=self.retransmits == 0)
+        old_ca = self.ca_state
         self.ca_state = CA_LOSS
+        if self.stack.tracer is not None:
+            self.stack.trace(self, "tcp:rto_fired",
+                             {"backoff": self.rtt.backoff, "rto": self.rtt.timeout}, now)
+            self._trace_ca(old_ca, "rto", now)
         self.recover = self.snd_max
         self.reno_dupacks = 0
         self.dupacks = 0

@@ -370,10 +370,14 @@ class Stack:
 
     def trace_state(self, conn: Connection, old: State, new: State, now: float) -> None:
         if self.tracer is not None:
-            self.tracer({"time": now, "name": "tcp:state_updated", "data": {
-                "conn": f"{self.fmt_addr(conn.local_ip)}:{conn.local_port}-"
-                        f"{self.fmt_addr(conn.remote_ip)}:{conn.remote_port}",
-                "old": old.name, "new": new.name}})
+            self.trace(conn, "tcp:state_updated", {"old": old.name, "new": new.name}, now)
+
+    def trace(self, conn: Connection, name: str, data: dict[str, Any], now: float) -> None:
+        """One qlog-style event (callers check ``self.tracer`` first, so tracing off costs nothing)."""
+        if self.tracer is None:
+            return
+        data["conn"] = conn.trace_id
+        self.tracer({"time": now, "name": name, "data": data})
 
     @staticmethod
     def fmt_addr(addr: bytes | None) -> str:
