@@ -354,7 +354,9 @@ def attacked_transfer(seed: int, per_tick: int, limit: int, invalid_ratelimit: f
     assert len(seconds) >= 3, "the attack should span several rate-limit windows"
     for stack, _ in targets:
         c = stack.counters
-        assert c["TcpExtTCPChallengeACK"] > 0              # the attacks were challenged
+        if invalid_ratelimit == 0:
+            assert c["TcpExtTCPChallengeACK"] > 0          # the attacks were challenged
+        # (With the per-socket limit, plain out-of-window ACKs may use up its budget.)
         assert c["TcpExtTCPACKSkippedChallenge"] > 0       # ...and the limit engaged
         assert c["TcpEstabResets"] == 0
     # RFC 5961 §7 (stack-wide challenge_ack_limit per second) and Linux's per-socket

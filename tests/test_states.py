@@ -599,3 +599,15 @@ def test_small_read_sends_no_duplicate_window_update() -> None:
     assert ack.window == 65535
     assert conn.recv(100, peer.now) == b"ping"
     peer.expect_nothing()
+
+
+@pytest.mark.parametrize("state", [State.FIN_WAIT_1, State.LAST_ACK, State.CLOSING], ids=lambda s: s.name)
+def test_unacked_fin_is_retransmitted(state: State) -> None:
+    # RFC 9293 §3.10.4: the FIN occupies sequence space and is retransmitted until acked
+    # (RFC 6298 §5.4: on the retransmission timer, same sequence number).
+    peer, conn, _, snd_nxt = reach(state)
+    peer.advance(5.0)
+    fins = [s for s in peer.drain() if s.seg.flags & 0x01]
+    assert fins, "the FIN was never retransmitted"
+    assert all((s.seg.seq - peer.local_isn) % 2**32 == snd_nxt - 1 for s in fins)
+    assert conn.state is state

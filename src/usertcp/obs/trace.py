@@ -2,7 +2,12 @@
 
 * :class:`JsonLinesTracer` writes events; assign it to ``stack.tracer`` (or call
   :meth:`JsonLinesTracer.attach`, which also tags each event with ``"stack"``). The core
-  emits ``tcp:state_updated`` (``data``: ``conn``, ``old``, ``new``).
+  emits its own decisions (``data`` always has ``conn``): ``tcp:state_updated`` (``old``,
+  ``new``), ``tcp:packet_lost`` (``rel_seq``, ``end``, ``trigger`` rack|sack|reno),
+  ``tcp:retransmit`` (``rel_seq``, ``end``, ``tx_count``, ``reason`` fast|rto|probe),
+  ``tcp:congestion_state`` (``old``, ``new``, ``trigger``), ``tcp:cwnd`` (``cwnd``,
+  ``ssthresh``, ``bytes_in_flight``, ``smoothed_rtt``, ``rto``) and ``tcp:rto_fired``
+  (``backoff``, ``rto``). Per-packet events come from the link, below.
 * :class:`Sampler` derives, until the core traces them itself, the events a
   sequence/cwnd plot needs, by tapping in-memory links and sampling ``conn.info()``:
 

@@ -76,11 +76,6 @@ HP_MASK = 0xF0F7FFFF
 CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
 
 
-def _flag_letters(flags: int) -> str:
-    return "".join(c for bit, c in ((SYN, "S"), (ACK, "A"), (FIN, "F"), (RST, "R"), (PSH, "P"))
-                   if flags & bit)
-
-
 class SentSegment:
     """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
 
@@ -277,9 +272,9 @@ class Connection:
     def _trace_ca(self, old: int, trigger: str, now: float) -> None:
         """Congestion state and window changes for the event trace."""
         names = ("open", "disorder", "cwr", "recovery", "loss")
-        self.stack.trace(self, "recovery:congestion_state_updated",
+        self.stack.trace(self, "tcp:congestion_state",
                          {"old": names[old], "new": names[self.ca_state], "trigger": trigger}, now)
-        self.stack.trace(self, "recovery:metrics_updated", {
+        self.stack.trace(self, "tcp:cwnd", {
             "cwnd": self.cc.cwnd, "ssthresh": self.cc.ssthresh if self.cc.ssthresh < 1 << 60 else None,
             "bytes_in_flight": self.in_flight, "smoothed_rtt": self.rtt.srtt, "rto": self.rtt.timeout}, now)
 
@@ -412,12 +407,6 @@ class Connection:
         self.stack.output(pkt)
         self.segs_out += 1
         self.last_snd_time = now
-        if self.stack.tracer is not None:
-            plen = sum(len(p) for p in payload)
-            self.stack.trace(self, "transport:packet_sent", {
-                "rel_seq": off, "len": plen, "flags": _flag_letters(flags), "rel_ack": self.rcv_nxt,
-                "window": window << (0 if syn else self.rcv_wscale),
-                "retransmission": off + plen <= self.snd_max and bool(plen or flags & (SYN | FIN))}, now)
         mib = self.mib
         mib["TcpOutSegs"] += 1
         if flags & RST:
@@ -1248,7 +1237,7 @@ class Connection:
         r.lost = True
         self.lost_bytes += n
         if self.stack.tracer is not None:
-            self.stack.trace(self, "recovery:packet_lost", {
+            self.stack.trace(self, "tcp:packet_lost", {
                 "rel_seq": r.start, "end": r.end, "trigger": "rack" if self.config.rack and self.sack_ok
                 else ("sack" if self.sack_ok else "reno")}, self.stack.now)
         if r.retrans:
