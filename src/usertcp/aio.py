@@ -37,10 +37,10 @@ from contextlib import AbstractContextManager
 from heapq import heappop
 from typing import Any
 
-from usertcp.net.driver import _DELIVER, _EventLoop
+from usertcp.net.driver import _EventLoop
 from usertcp.net.memnet import Host as NetHost
 from usertcp.net.memnet import Network
-from usertcp.net.tun import PacketSink, TunDevice
+from usertcp.net.tun import PacketSink, TunDevice, flush_to_device
 from usertcp.tcp.connection import SENDING, Connection, State
 from usertcp.tcp.stack import Listener, Stack
 
@@ -204,18 +204,9 @@ class AsyncioDriver(_EventLoop, LoopDriver):
         now = self.loop.time()
         n = 0
         while heap and heap[0][0] <= now and n < _MAX_EVENTS_PER_STEP:
-            ev = heappop(heap)
             # Late events run at the current time: a stack's clock never goes backwards.
-            if ev[2] == _DELIVER:
-                data = ev[4]
-                host = ev[3]._arrive(data, now)
-                host.endpoint.receive(data, now)
-                self._after(host, now)
-            else:
-                host = ev[3]
-                if ev[4] != host.timer_gen:
-                    continue
-                self._fire(host, now)
+            if not self._dispatch(heappop(heap), now):
+                continue
             n += 1
         self.events += n
         self._stepped()
@@ -308,18 +299,7 @@ class AsyncioTunDriver(LoopDriver):
             self._timer = self.loop.call_at(t, self._on_timer)
 
     def _flush(self) -> None:
-        packets = self.endpoint.datagrams_to_send()
-        pcap = self.pcap
-        wall = time.time()
-        for packet in packets:
-            if pcap is not None:
-                pcap.write(packet, wall)
-            try:
-                self.device.write(packet)
-            except (OSError, ValueError):
-                self.stats["tx_errors"] += 1
-                continue
-            self.stats["tx_packets"] += 1
+        flush_to_device(self.endpoint, self.device, self.pcap, self.stats)
 
 
 # ----------------------------------------------------------------------------- transport

@@ -592,26 +592,33 @@ class TunDriver:
 
     def _flush(self) -> None:
         """Write everything the endpoint has queued (caller holds ``lock``)."""
-        packets = self.endpoint.datagrams_to_send()
-        if not packets:
-            return
-        pcap = self.pcap
-        wall = time.time()
-        for packet in packets:
-            if pcap is not None:
-                pcap.write(packet, wall)
-            try:
-                self.device.write(packet)
-            except (OSError, ValueError) as exc:
-                # Not silent: counted and logged; one bad packet must not kill the link.
-                self.stats["tx_errors"] += 1
-                log.warning("TUN write failed on %s: %s", self.device.name, exc)
-                continue
-            self.stats["tx_packets"] += 1
-            self.stats["tx_bytes"] += len(packet)
+        flush_to_device(self.endpoint, self.device, self.pcap, self.stats)
 
     def _wakeup(self) -> None:
         if self._wake >= 0:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.eventfd_write(self._wake, 1)
 
+
+def flush_to_device(endpoint: Endpoint, device: TunDevice, pcap: PacketSink | None,
+                    stats: dict[str, int]) -> None:
+    """Write what ``endpoint`` has queued to ``device`` (and ``pcap``), counting errors.
+
+    Shared by the threaded :class:`TunDriver` and the asyncio TUN driver. A failed write
+    is counted and logged, never silent, and one bad packet must not kill the link.
+    """
+    packets = endpoint.datagrams_to_send()
+    if not packets:
+        return
+    wall = time.time()
+    for packet in packets:
+        if pcap is not None:
+            pcap.write(packet, wall)
+        try:
+            device.write(packet)
+        except (OSError, ValueError) as exc:
+            stats["tx_errors"] = stats.get("tx_errors", 0) + 1
+            log.warning("TUN write failed on %s: %s", device.name, exc)
+            continue
+        stats["tx_packets"] = stats.get("tx_packets", 0) + 1
+        stats["tx_bytes"] = stats.get("tx_bytes", 0) + len(packet)

@@ -941,10 +941,11 @@ class Connection:
             if st in RECEIVING:
                 if self.closed_by_app and plen and seg_off + plen > self.rcv_nxt:
                     # Linux: data for a closed (orphaned) socket resets it (TCPAbortOnData).
+                    # The reset is built from the segment, as for no socket (Linux tcp_done, then
+                    # tcp_v4_send_reset: SEQ = SEG.ACK).
                     mib["TcpExtTCPAbortOnData"] += 1
-                    self.rcv_nxt = max(self.rcv_nxt, seg_off + plen)
-                    self.send_rst(now)
                     self._close_now(now)
+                    self.stack.send_reset_for(seg, now, self.md5_key)
                     return
                 self._receive_data(seg, seg_off, now)
             elif plen:
