@@ -581,7 +581,7 @@ class Store:
                     # Called from ACK processing: queue only; the stack transmits when it
                     # finishes the segment (segment_arrives ends with output()).
                     for v in batch:
-                        conn.snd_buf.append(v)
+                        conn.queue_views([v])
                 else:
                     conn.send_views(batch, self.now())
             if views:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import errno
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
@@ -202,7 +202,7 @@ class Connection:
         # Socket options.
         self._nodelay = False
         self._cork = False
-        self.more_pending = False      # the last write had MSG_MORE: hold its partial segment
+        self.more_pending = False      # inside a send(MSG_MORE): hold its partial segment
         self.push_end = 0              # stream end of the last write without MSG_MORE (PSH mark)
         self._force_push = False       # one push overriding cork/MSG_MORE (TCP_NODELAY set, uncork)
         self.keepalive = False
@@ -549,13 +549,26 @@ class Connection:
         else:
             chunk = bytes(memoryview(data)[:n])   # the caller may reuse a mutable buffer
         self.snd_buf.append(chunk)
-        self.more_pending = more
         if not more:
             self.push_end = self.snd_buf.end
         if self.is_synchronized:
+            # MSG_MORE holds a partial segment for this call's push only (Linux tcp_push with
+            # TCP_NAGLE_CORK); a later ACK-clocked transmission sends it as Nagle allows.
+            self.more_pending = more
             self.output(now)
+            self.more_pending = False
             self._schedule()      # the stack must learn the retransmission deadline
         return n
+
+    def queue_views(self, views: Sequence[Buffer]) -> int:
+        """Append immutable buffers by reference without transmitting (the caller's event ends
+        in ``output``); they count as a pushed write (PSH at their end)."""
+        total = 0
+        for v in views:
+            self.snd_buf.append(v)
+            total += len(v)
+        self.push_end = self.snd_buf.end
+        return total
 
     def send_views(self, views: list[memoryview], now: float) -> int:
         """Queue immutable views by reference (payload objects): no copy, no limit check."""
@@ -1026,6 +1039,9 @@ class Connection:
                         self._mark_lost(self.rtx[0])
             elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
                 self.ca_state = CA_OPEN
+            # Without SACK, Linux counts each dupack as one segment delivered (tcp_add_reno_sack);
+            # a cumulative ACK then grows cwnd only by what those did not already count.
+            reno_credit = min(self.reno_dupacks * self.mss, self._acked_unsacked) if not self.sack_ok else 0
             if self.ca_state == CA_DISORDER and not self.sack_ok:
                 self.reno_dupacks = 0          # new data acked: the dupack episode is over
                 if not self.lost_bytes:
@@ -1034,7 +1050,7 @@ class Connection:
                 # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
                 # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
                 # held during fast recovery (RFC 6675 §5).
-                self.cc.on_ack(self._acked_unsacked + newly_sacked, now, self.rtt.latest_rtt,
+                self.cc.on_ack(self._acked_unsacked - reno_credit + newly_sacked, now, self.rtt.latest_rtt,
                                prior_in_flight,
                                app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss
                                and not self.unsent_bytes)
@@ -1585,11 +1601,16 @@ class Connection:
                 self.snd_sml = nxt + size
         return sent
 
-    def _emit_new(self, now: float, off: int, size: int, *, fin: bool, push: bool = False) -> None:
+    def _emit_new(self, now: float, off: int, size: int, *, fin: bool, push: bool = False,
+                  force_psh: bool = False) -> None:
         payload = self.snd_buf.views(off - 1, size) if size else []
         flags = ACK
-        if size and (push or (off - 1 + size >= self.push_end > off - 1)):
-            flags |= PSH            # Linux pushes at the end of a write without MSG_MORE
+        end_data = off - 1 + size
+        if size and (force_psh or (push and end_data <= self.push_end)
+                     or (end_data >= self.push_end > off - 1)):
+            # Linux pushes at the end of a write without MSG_MORE, and where a burst of such
+            # data ends; bytes written with MSG_MORE beyond that point never carry PSH.
+            flags |= PSH
         if fin:
             flags |= FIN
         end = off + size + (1 if fin else 0)
@@ -1855,7 +1876,7 @@ class Connection:
         if room > 0:
             # Linux tcp_write_wakeup: the window is open, so send held data now, with PSH.
             size = min(self.mss, self.unsent_bytes, room)
-            self._emit_new(now, self.snd_nxt, size, fin=False, push=True)
+            self._emit_new(now, self.snd_nxt, size, fin=False, force_psh=True)
             self.probes_out = 0
             return
         if self.probes_out >= self.config.retries2 or (self.user_timeout and

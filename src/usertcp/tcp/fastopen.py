@@ -157,7 +157,7 @@ class FastOpen:
         st.cookie_exp = seg.fastopen_exp
         if preload:
             # The immutable snapshot: the listener's bytes object, by reference.
-            conn.snd_buf.append(preload)
+            conn.queue_views([preload])
             st.preload_len = len(preload)
         if not child:
             return
@@ -360,7 +360,7 @@ def tfo_connect(conn: Connection, data: Buffer, now: float) -> int:
     hooks = install(stack)
     n = min(len(data), conn.send_space)
     if n:
-        conn.snd_buf.append(bytes(memoryview(data)[:n]))
+        conn.queue_views([bytes(memoryview(data)[:n])])
     cfg = stack.config
     if cfg.fastopen & TFO_CLIENT_ENABLE:
         st = TfoState(client=True)
