@@ -159,6 +159,7 @@ class Connection:
                                    max_bytes=max(cfg.rmem[2], self.rcvbuf_limit))
         self.last_ack_sent = 0
         self.syn_window = 0
+        self.rcv_ssthresh = min(self.rcvbuf_limit, MAX_WINDOW)   # Linux tp->rcv_ssthresh
         self.ack_pending = 0           # bytes received and not yet acknowledged
         self.delack_deadline = INF
         self.quickack = cfg.quickack_segments
@@ -362,14 +363,23 @@ class Connection:
             self.syn_window = wnd
             self.rcv_adv = max(self.rcv_adv, self.rcv_nxt + wnd)
             return wnd
+        # Linux rcv_ssthresh: the window opens from 64 KB as data arrives (tcp_grow_window),
+        # instead of offering the whole buffer to a peer not yet known to use it.
+        capped = free > self.rcv_ssthresh
+        if capped:
+            free = self.rcv_ssthresh
         right = self.rcv_nxt + free
         cur = self.rcv_adv - self.rcv_nxt
         if right < self.rcv_adv:
             wnd = max(cur, 0)                # never shrink the window (RFC 9293 §3.8.6.2.2)
-        elif cur > 0 and right - self.rcv_adv < min(self.rcvbuf_limit // 2, self.rcv_mss):
-            wnd = cur
+        elif cur > 0 and not capped and right - self.rcv_adv < min(self.rcvbuf_limit // 2, self.rcv_mss):
+            wnd = cur                        # SWS: the buffer itself is the limit, wait for space
         else:
             wnd = free
+        # Round up to the scale unit as Linux does (ALIGN in tcp_select_window), within the buffer.
+        unit = 1 << self.rcv_wscale
+        if wnd % unit and wnd + unit - wnd % unit <= self.rcvbuf_limit - len(self.rcv_buf):
+            wnd += unit - wnd % unit
         field = wnd >> self.rcv_wscale
         if field > MAX_WINDOW:
             field = MAX_WINDOW
@@ -614,7 +624,7 @@ class Connection:
         """Send a window update if reading opened the window a lot (Linux tcp_cleanup_rbuf)."""
         if self.state not in RECEIVING:
             return
-        free = self.rcvbuf_limit - len(self.rcv_buf) - self.ooo.bytes_queued
+        free = min(self.rcvbuf_limit - len(self.rcv_buf) - self.ooo.bytes_queued, self.rcv_ssthresh)
         new_wnd = min(max(free, 0) >> self.rcv_wscale, MAX_WINDOW) << self.rcv_wscale
         cur = max(self.rcv_adv - self.rcv_nxt, 0)
         clamp = min(self.rcvbuf_limit, MAX_WINDOW << self.rcv_wscale)
@@ -1396,6 +1406,7 @@ class Connection:
             mib["UsertcpBeyondWindow"] += 1
         if seg_off == nxt:
             if plen:
+                self._grow_window(plen)
                 if not self.read_shutdown or not self.closed_by_app:
                     self.rcv_buf.append(payload)
                 nxt += plen
@@ -1432,6 +1443,11 @@ class Connection:
             else:
                 mib["TcpExtTCPOFOQueue"] += 1
             self._schedule_ack(now, immediate=True)
+
+    def _grow_window(self, plen: int) -> None:
+        """Linux tcp_grow_window: each full-sized segment opens the window by two MSS."""
+        if self.rcv_ssthresh < self.rcvbuf_limit and plen >= self.rcv_mss // 2:
+            self.rcv_ssthresh = min(self.rcv_ssthresh + 2 * self.rcv_mss, self.rcvbuf_limit)
 
     def _fin_arrives(self, now: float) -> None:
         self.fin_received = True
@@ -1695,6 +1711,7 @@ class Connection:
         plen = len(payload)
         self.last_rcv_time = now
         self.data_segs_in += 1
+        self._grow_window(plen)
         self.rcv_buf.append(payload)
         self.rcv_nxt = seg_off + plen
         self.bytes_received += plen
