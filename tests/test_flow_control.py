@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from peer import ScriptedPeer
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
@@ -27,8 +29,8 @@ def test_zero_window_probes_back_off_and_data_resumes() -> None:
     assert len(probes) >= 3
     for p in probes:
         assert len(p.seg.payload) == 0 and (p.seg.seq - peer.local_isn) % 2**32 == 0   # SND.UNA - 1
-    gaps = [b.time - a.time for a, b in zip(probes, probes[1:], strict=False)]
-    assert all(later > earlier * 1.5 for earlier, later in zip(gaps, gaps[1:], strict=False))  # backoff
+    gaps = [b.time - a.time for a, b in pairwise(probes)]
+    assert all(later > earlier * 1.5 for earlier, later in pairwise(gaps))  # exponential backoff
     peer.send(".", 1, 1, win=65535)              # the window opens: data flows at once
     sent = peer.drain()
     assert sum(len(s.seg.payload) for s in sent) == 3000
