@@ -142,7 +142,15 @@ def _bench_cli(args: argparse.Namespace) -> int:
               f"it takes: {', '.join(accepted) or 'none'}", file=sys.stderr)
         return 2
     try:
-        results: dict[str, Any] = run(**opts)
+        if sys.stderr.isatty():
+            # A live status on a terminal while a long benchmark runs; nothing otherwise.
+            from rich.console import Console
+
+            with Console(stderr=True).status(f"bench {args.name}: running"):
+                results: dict[str, Any] = run(**opts)
+        else:
+            print(f"bench {args.name}: running", file=sys.stderr)
+            results = run(**opts)
     except ValueError as e:
         print(f"usertcp bench {args.name}: {e}", file=sys.stderr)
         return 2

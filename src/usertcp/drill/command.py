@@ -11,6 +11,7 @@ import sys
 from typing import TextIO
 
 from usertcp.drill.runner import RunOptions, ScriptResult, iter_scripts, run_file
+from usertcp.obs.progress import progress
 
 __all__ = ["add_arguments", "main", "summary_line"]
 
@@ -65,15 +66,17 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     results: list[ScriptResult] = []
     scripts = list(iter_scripts(args.paths))
     missing = [str(p) for p in scripts if not p.exists()]
-    for path in scripts:
-        for ipv in versions:
-            opts = RunOptions(
-                ip_version=ipv, defines=defines, tolerance_usecs=args.tolerance_usecs, verbose=args.verbose
-            )
-            res = run_file(path, opts)
-            results.append(res)
-            if not args.json:
-                _print_result(res, out, verbose=args.verbose, tag=len(versions) > 1)
+    runs = [(path, ipv) for path in scripts for ipv in versions]
+    # A progress bar on a terminal; plain result lines otherwise (and always with --json off).
+    tty = out is sys.stdout and sys.stdout.isatty() and not args.verbose
+    for path, ipv in progress(runs, len(runs), "drill", tty=tty) if tty else runs:
+        opts = RunOptions(
+            ip_version=ipv, defines=defines, tolerance_usecs=args.tolerance_usecs, verbose=args.verbose
+        )
+        res = run_file(path, opts)
+        results.append(res)
+        if not args.json and (not tty or res.status != "passed"):
+            _print_result(res, out, verbose=args.verbose, tag=len(versions) > 1)
     if args.json:
         doc = {
             "scripts": [r.to_json() | {"details": r.details} for r in results],
