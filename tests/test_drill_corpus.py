@@ -44,8 +44,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('skipped', 9, 'setsockopt(SOL_IP, IP_MTU_DISCOVER) not emulated'),
     'gtests/net/tcp/sack/sack-shift-sacked-2-6-8-3-9-nofack.pkt':
         ('failed', 36, 'timing error: expected outbound packet at 0.209000 sec but i'),
-    'gtests/net/tcp/sack/sack-shift-sacked-7-3-4-8-9-fack.pkt':
-        ('failed', 34, "assertion failed: 'assert tcpi_lost == 6, tcpi_lost         "),
     'gtests/net/tcp/user_timeout/user-timeout-probe.pkt':
         ('skipped', 24, "command not modelled: 'tc qdisc add dev tun0 root pfifo limi"),
 }  # fmt: skip

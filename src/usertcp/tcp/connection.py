@@ -168,6 +168,9 @@ class Connection:
         self.last_snd_time = 0.0
         self.dsack: tuple[int, int] | None = None
         self._acked_unsacked = 0
+        self.prior_cwnd = 0            # RFC 6937 RecoverFS (Linux prior_cwnd)
+        self.prr_delivered = 0
+        self.prr_out = 0
         self._ts_last = 0
         # RACK-TLP (RFC 8985), Linux's default loss detection for SACK connections.
         self.rack_xmit_ts = -1.0       # RACK.xmit_ts: send time of the latest-sent delivered segment
@@ -1088,6 +1091,8 @@ class Connection:
             self._enter_recovery(now)
         elif self.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
             self.ca_state = CA_DISORDER
+        if self.ca_state == CA_RECOVERY and self.sack_ok:
+            self._prr(self._acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked)
         if not plen and ack_off >= prior_una and flags == ACK:
             mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
@@ -1349,6 +1354,10 @@ class Connection:
         if self.ca_state in (CA_RECOVERY, CA_LOSS):
             return
         self.mib["TcpExtTCPSackRecovery" if self.sack_ok else "TcpExtTCPRenoRecovery"] += 1
+        # RFC 6937 PRR state; Linux uses the cwnd before the reduction as RecoverFS.
+        self.prior_cwnd = max(self.cc.cwnd, self.mss)
+        self.prr_delivered = 0
+        self.prr_out = 0
         # Linux bases ssthresh on cwnd (tcp_reno_ssthresh / bictcp_recalc_ssthresh).
         self.cc.on_congestion_event(now, self.cc.cwnd)
         old = self.ca_state
@@ -1356,6 +1365,20 @@ class Connection:
         self.recover = self.snd_max
         if self.stack.tracer is not None:
             self._trace_ca(old, "loss_detected", now)
+
+    def _prr(self, delivered: int) -> None:
+        """RFC 6937 proportional rate reduction (Linux tcp_cwnd_reduction): cwnd = pipe + sndcnt."""
+        self.prr_delivered += delivered
+        pipe = self.in_flight
+        ssthresh = self.cc.ssthresh
+        if pipe > ssthresh:
+            sndcnt = -(-self.prr_delivered * ssthresh // self.prior_cwnd) - self.prr_out
+        else:
+            # PRR-SSRB: grow back towards ssthresh, at most one MSS more than delivered.
+            sndcnt = min(ssthresh - pipe, max(self.prr_delivered - self.prr_out, delivered) + self.mss)
+        if not self.prr_out:
+            sndcnt = max(sndcnt, self.mss)   # force the fast retransmit on entering recovery
+        self.cc.cwnd = max(pipe + max(sndcnt, 0), self.mss)
 
     def _exit_recovery(self) -> None:
         if self.ca_state == CA_RECOVERY:
@@ -1551,6 +1574,8 @@ class Connection:
         if dlen and r.start - 1 + dlen >= self.snd_buf.end:
             flags |= PSH
         self._emit(now, r.start, flags, payload)
+        if self.ca_state == CA_RECOVERY:
+            self.prr_out += r.end - r.start
         r.retrans = True
         self.retrans_bytes += r.end - r.start
         r.tx_count += 1
@@ -1631,6 +1656,8 @@ class Connection:
             flags |= FIN
         end = off + size + (1 if fin else 0)
         self._emit(now, off, flags, payload, gso_size=self.mss if size > self.mss else 0)
+        if self.ca_state == CA_RECOVERY:
+            self.prr_out += end - off
         self.rtx.append(SentSegment(off, end, fin, now))
         self.snd_nxt = end
         if end > self.snd_max:
@@ -1747,6 +1774,8 @@ class Connection:
             self._detect_losses(now)
             if self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER):
                 self._enter_recovery(now)
+                if self.sack_ok:
+                    self._prr(0)
         if now >= self.tlp_deadline:
             self.tlp_deadline = INF
             self._on_tlp(now)        # re-arms the RTO when it sends a probe
