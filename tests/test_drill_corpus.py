@@ -42,8 +42,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 57, 'timing error: expected outbound packet at 0.416000 sec but i'),
     'gtests/net/tcp/sack/sack-route-refresh-ip-tos.pkt':
         ('skipped', 9, 'setsockopt(SOL_IP, IP_MTU_DISCOVER) not emulated'),
-    'gtests/net/tcp/sack/sack-shift-sacked-2-6-8-3-9-nofack.pkt':
-        ('failed', 36, 'timing error: expected outbound packet at 0.209000 sec but i'),
     'gtests/net/tcp/user_timeout/user-timeout-probe.pkt':
         ('skipped', 24, "command not modelled: 'tc qdisc add dev tun0 root pfifo limi"),
 }  # fmt: skip

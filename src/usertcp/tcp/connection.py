@@ -1022,6 +1022,7 @@ class Connection:
 
         sack_new = False
         sacked_before = self.sacked_bytes
+        lost_before = self.lost_bytes
         if seg.sack_blocks and self.sack_ok:
             sack_new = self._process_sack(seg.sack_blocks, ack_off, now)
         newly_sacked = max(self.sacked_bytes - sacked_before, 0)
@@ -1092,7 +1093,8 @@ class Connection:
         elif self.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
             self.ca_state = CA_DISORDER
         if self.ca_state == CA_RECOVERY and self.sack_ok:
-            self._prr(self._acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked)
+            self._prr(self._acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
+                      una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
         if not plen and ack_off >= prior_una and flags == ACK:
             mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
@@ -1366,16 +1368,22 @@ class Connection:
         if self.stack.tracer is not None:
             self._trace_ca(old, "loss_detected", now)
 
-    def _prr(self, delivered: int) -> None:
+    def _prr(self, delivered: int, *, una_advanced: bool = False, newly_lost: bool = False) -> None:
         """RFC 6937 proportional rate reduction (Linux tcp_cwnd_reduction): cwnd = pipe + sndcnt."""
+        if delivered <= 0 or not self.prior_cwnd:
+            return
         self.prr_delivered += delivered
         pipe = self.in_flight
         ssthresh = self.cc.ssthresh
         if pipe > ssthresh:
             sndcnt = -(-self.prr_delivered * ssthresh // self.prior_cwnd) - self.prr_out
         else:
-            # PRR-SSRB: grow back towards ssthresh, at most one MSS more than delivered.
-            sndcnt = min(ssthresh - pipe, max(self.prr_delivered - self.prr_out, delivered) + self.mss)
+            # PRR-SSRB: grow back towards ssthresh; one MSS more only when SND.UNA moved
+            # and nothing new was lost (Linux).
+            sndcnt = max(self.prr_delivered - self.prr_out, delivered)
+            if una_advanced and not newly_lost:
+                sndcnt += self.mss
+            sndcnt = min(ssthresh - pipe, sndcnt)
         if not self.prr_out:
             sndcnt = max(sndcnt, self.mss)   # force the fast retransmit on entering recovery
         self.cc.cwnd = max(pipe + max(sndcnt, 0), self.mss)
@@ -1775,7 +1783,7 @@ class Connection:
             if self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER):
                 self._enter_recovery(now)
                 if self.sack_ok:
-                    self._prr(0)
+                    self._prr(self.mss)      # Linux tcp_rack_reo_timeout: one segment's worth
         if now >= self.tlp_deadline:
             self.tlp_deadline = INF
             self._on_tlp(now)        # re-arms the RTO when it sends a probe
