@@ -53,6 +53,7 @@ SUPPORTED_SOCKOPTS: frozenset[tuple[str, str]] = frozenset(
         "TCP_NODELAY", "TCP_CORK", "TCP_MAXSEG", "TCP_USER_TIMEOUT", "TCP_KEEPIDLE", "TCP_KEEPINTVL",
         "TCP_KEEPCNT", "TCP_FASTOPEN", "TCP_FASTOPEN_KEY", "TCP_FASTOPEN_CONNECT", "TCP_FASTOPEN_NO_COOKIE",
         "TCP_MD5SIG", "TCP_MD5SIG_EXT")]
+    + [(lvl, n) for lvl in ("SOL_IP", "IPPROTO_IP") for n in ("IP_TOS", "IP_MTU_DISCOVER")]
 )  # fmt: skip
 
 SUPPORTED_SYSCALLS = frozenset(
@@ -602,6 +603,14 @@ class Syscalls:
 
         if name == "SO_REUSEADDR" or name == "SO_REUSEPORT":
             sock.reuseaddr = bool(value(arg))
+        elif name == "IP_TOS":
+            # Linux ip_setsockopt: the ECN bits are kept by TCP, the rest goes in every packet.
+            set_attr("tos", value(arg) & 0xFC)
+        elif name == "IP_MTU_DISCOVER":
+            # Without path-MTU discovery every mode behaves as IP_PMTUDISC_DONT; only the
+            # value's range is checked, as Linux does (0..5).
+            if not 0 <= value(arg) <= 5:
+                raise SysError(errno.EINVAL)
         elif name == "SO_KEEPALIVE":
             set_attr("keepalive", bool(value(arg)))
         elif name == "SO_SNDBUF":

@@ -177,6 +177,7 @@ class Connection:
         self.rack_end = 0              # RACK.end_seq (offset)
         self.rack_rtt = 0.0            # RACK.rtt
         self.rack_fack = 0             # highest end offset delivered (RACK.fack)
+        self._fack_prior = -1          # rack_fack before the ACK being processed
         self.rack_reord = False        # reordering seen (RACK.reord)
         self.rack_deadline = INF       # the reordering timer
         self.reordering = cfg.reordering   # tp->reordering, in segments (tcpi_reordering)
@@ -216,6 +217,7 @@ class Connection:
         self.keepalive_deadline = INF
         self.user_timeout = 0.0        # TCP_USER_TIMEOUT in seconds, 0 = off
         self.linger_zero = False
+        self.tos = 0                   # IP_TOS for every packet of this connection
         self.time_wait_deadline = INF
         self.oow_last = -INF           # last out-of-window ACK we sent (rate limit)
 
@@ -415,7 +417,7 @@ class Connection:
         pkt = build_packet(src=self.local_ip, dst=self.remote_ip, sport=self.local_port,
                            dport=self.remote_port, seq=(self.iss + off) & SEQ_MASK, ack=ack, flags=flags,
                            window=window, options=options, payload=payload, ttl=self.config.ttl,
-                           md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
+                           tos=self.tos, md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
                            gso_size=gso_size)
         self.stack.output(pkt)
         self.segs_out += 1
@@ -1023,6 +1025,7 @@ class Connection:
         sack_new = False
         sacked_before = self.sacked_bytes
         lost_before = self.lost_bytes
+        self._fack_prior = self.rack_fack
         if seg.sack_blocks and self.sack_ok:
             sack_new = self._process_sack(seg.sack_blocks, ack_off, now)
         newly_sacked = max(self.sacked_bytes - sacked_before, 0)
@@ -1115,7 +1118,7 @@ class Connection:
             n = r.end - r.start
             if not r.sacked:
                 acked_unsacked += n
-                self._rack_note(r, now)
+                self._rack_note(r, now, self._fack_prior)
                 self.delivered_segs += max(1, (n - (1 if r.fin else 0) + self.mss - 1) // max(self.mss, 1))
             if r.sacked:
                 self.sacked_bytes -= n
@@ -1286,15 +1289,19 @@ class Connection:
         else:
             self._dupthresh_detect()
 
-    def _rack_note(self, r: SentSegment, now: float) -> None:
-        """RFC 8985 §6.2 steps 1-3: a segment was just delivered (cumulatively or by SACK)."""
+    def _rack_note(self, r: SentSegment, now: float, fack: int = -1) -> None:
+        """RFC 8985 §6.2 steps 1-3: a segment was just delivered (cumulatively or by SACK).
+
+        ``fack`` is the highest delivered end before this ACK, for cumulatively acked
+        segments: SACK blocks of the same ACK do not make them look reordered (Linux prior_fack).
+        """
         if r.tx_count > 1 and now - r.tx_time < (self.rtt.min_rtt or 0.0):
             return                      # the ACK may be for the original transmission
         if r.tx_time > self.rack_xmit_ts or (r.tx_time == self.rack_xmit_ts and r.end > self.rack_end):
             self.rack_xmit_ts = r.tx_time
             self.rack_end = r.end
             self.rack_rtt = now - r.tx_time
-        if r.end < self.rack_fack:
+        if r.end < (self.rack_fack if fack < 0 else fack):
             if r.tx_count == 1:
                 # Delivered below what was already delivered, never retransmitted: reordering.
                 self.rack_reord = True
