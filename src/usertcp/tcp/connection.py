@@ -550,7 +550,7 @@ class Connection:
 
     # ----------------------------------------------------------- user commands
 
-    def send(self, data: Buffer, now: float, *, push: bool = True, more: bool = False) -> int:
+    def send(self, data: Buffer, now: float, *, more: bool = False) -> int:
         """Queue up to ``send_space`` bytes of ``data``; returns how many were taken."""
         if self.error:
             raise OSError(self.error, "connection failed")
