@@ -663,6 +663,8 @@ class Connection:
             return
         self.closed_by_app = True
         self.read_shutdown = True
+        if self.state is not State.CLOSED:
+            self.stack.orphans += 1    # _close_now takes it off again
         st = self.state
         if st in (State.CLOSED, State.LISTEN):
             self._close_now(now)
@@ -689,6 +691,11 @@ class Connection:
                         self._emit_new(now, max(self.snd_nxt, 1), 0, fin=True)
                 else:
                     self._queue_fin(now)
+        if self.state is not State.CLOSED and self.stack.orphans > self.config.max_orphans:
+            # Linux tcp_too_many_orphans: past the bound an orphan is reset, not kept.
+            self.mib["TcpExtTCPAbortOnMemory"] += 1
+            self.abort(now)
+            return
         self._schedule()
 
     def abort(self, now: float) -> None:
@@ -699,6 +706,8 @@ class Connection:
         self._close_now(now)
 
     def _close_now(self, now: float) -> None:
+        if self.closed_by_app and self.state is not State.CLOSED:
+            self.stack.orphans -= 1
         self._set_state(State.CLOSED, now)
         self.rto_deadline = self.delack_deadline = self.probe_deadline = INF
         self.keepalive_deadline = self.time_wait_deadline = INF
@@ -928,6 +937,18 @@ class Connection:
             if not (self.snd_una < ack_off <= self.snd_max):
                 # RFC 9293: unacceptable ACK in SYN-RECEIVED -> RST with seq = SEG.ACK.
                 self.stack.send_reset_for(seg, now)
+                return
+            lst = self.listener
+            if (self.passive and lst is not None and not lst.closed and self not in lst.tfo_children
+                    and len(lst.accept_queue) >= lst.backlog):
+                # Linux tcp_check_req/syn_recv_sock: with the accept queue full the 3rd ACK is
+                # dropped (the SYN-ACK timer tries again later), or reset with abort_on_overflow.
+                mib["TcpExtListenOverflows"] += 1
+                mib["TcpExtListenDrops"] += 1
+                if self.config.abort_on_overflow:
+                    self.stack.forget_embryonic(self)
+                    self.stack.send_reset_for(seg, now)
+                    self._close_now(now)
                 return
             self._establish_passive(seg, ack_off, now)
             st = self.state
@@ -1851,7 +1872,15 @@ class Connection:
         self.recover = self.snd_max
         self.reno_dupacks = 0
         self.dupacks = 0
+        # Linux tcp_timeout_mark_lost: a SACKed head at an RTO means the receiver reneged
+        # (RFC 2018 §8): forget every SACK mark, and retransmit from SND.UNA.
+        reneged = bool(self.rtx) and self.rtx[0].sacked
+        if reneged:
+            self.mib["TcpExtTCPSACKReneging"] += 1
+            self.sacked_bytes = 0
         for r in self.rtx:
+            if reneged:
+                r.sacked = False
             if r.retrans:
                 r.retrans = False
             if not r.sacked and not r.lost:

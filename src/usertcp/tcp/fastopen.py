@@ -116,12 +116,6 @@ class FastOpen:
     def accept_listener_segment(self, listener: Listener, seg: Segment, now: float) -> bool:
         return True if self.inner is None else bool(self.inner.accept_listener_segment(listener, seg, now))
 
-    def syncookie_syn(self, listener: Listener, seg: Segment, now: float) -> bool:
-        return False if self.inner is None else bool(self.inner.syncookie_syn(listener, seg, now))
-
-    def syncookie_ack(self, listener: Listener, seg: Segment, now: float) -> bool:
-        return False if self.inner is None else bool(self.inner.syncookie_ack(listener, seg, now))
-
     def may_send_reset(self, seg: Segment) -> bool:
         return True if self.inner is None else bool(self.inner.may_send_reset(seg))
 

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from usertcp.tcp import fastopen
+from usertcp.tcp import fastopen, syncookies
 from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackConfig
 from usertcp.tcp.connection import HP_MASK, INF, Connection, State
 from usertcp.tcp.cookies import IsnGenerator
@@ -181,6 +181,7 @@ class Stack:
         self._challenge_window = -1.0
         self._challenge_count = 0
         self.time_wait_count = 0
+        self.orphans = 0                  # closed by the application, not yet CLOSED (tcp_orphan_count)
         self.gso_max_size = 0             # > 0 when the link segments for us (TSO)
         self.tx_csum_offload = False
         self.tracer: Callable[[dict[str, Any]], None] | None = None
@@ -357,9 +358,9 @@ class Stack:
             if conn.was_time_wait:
                 self.time_wait_count -= 1
         if conn.listener is not None:
+            # A reset child still in the accept queue stays there: accept() returns it and
+            # the first call on it reports the error.
             conn.listener.embryonic.discard(conn)
-            if conn in conn.listener.accept_queue and conn.error:
-                pass   # stays queued: accept() returns it and the first call reports the reset
 
     def on_time_wait(self, conn: Connection) -> None:
         conn.was_time_wait = True
@@ -494,8 +495,9 @@ class Stack:
             if flags & RST:
                 return
             if flags & ACK:
-                # RFC 9293 §3.10.7.2: an ACK to a listener gets a reset (or is a SYN cookie).
-                if self.hooks is not None and self.hooks.syncookie_ack(listener, seg, now):
+                # RFC 9293 §3.10.7.2: an ACK to a listener gets a reset, unless it is the
+                # 3rd ACK of a SYN cookie handshake (RFC 4987 §3.6, Linux cookie_v4_check).
+                if syncookies.cookie_ack(self, listener, seg, now):
                     return
                 self.send_reset_for(seg, now, lkey)
                 return
@@ -521,12 +523,16 @@ class Stack:
             mib["TcpExtListenOverflows"] += 1
             mib["TcpExtListenDrops"] += 1
             return
-        if len(listener.embryonic) >= min(cfg.max_syn_backlog, max(listener.backlog, 128) * 2):
-            if self.hooks is not None and self.hooks.syncookie_syn(listener, seg, now):
+        if cfg.syncookies == 2 or len(listener.embryonic) >= syncookies.syn_queue_limit(self, listener):
+            # SYN queue full (or tcp_syncookies=2): a stateless cookie SYN-ACK (RFC 4987 §3.6,
+            # Linux tcp_conn_request/tcp_syn_flood_action), a TFO bypass, or a counted drop.
+            verdict = syncookies.on_syn_overflow(self, listener, seg, now)
+            if verdict is syncookies.SynVerdict.HANDLED:
                 return
-            mib["TcpExtListenDrops"] += 1
-            mib["UsertcpSynQueueDrops"] += 1
-            return
+            if verdict is syncookies.SynVerdict.DROP:
+                mib["TcpExtListenDrops"] += 1
+                mib["UsertcpSynQueueDrops"] += 1
+                return
         conn = Connection(self, seg.dst, seg.dport, seg.src, seg.sport)
         for name, value in listener.options.items():
             setattr(conn, name, value)
