@@ -563,3 +563,66 @@ def test_pattern() -> None:
         from usertcp.net.impair import parse_impair
 
         parse_impair("loss=1.5")
+
+
+# -- soak: a few hundred concurrent kernel connections (the attack/overload issue) ---------------
+
+
+def test_soak_concurrent_kernel_connections(ns: str, tmp_path: Path) -> None:
+    """300 kernel connections at once to the echo app, with 1 % loss and reordering added on
+    our side of the link: every connection gets exactly its own bytes back and every one closes."""
+    import selectors
+
+    n_conns, size = 300, 20_000
+    stats = tmp_path / "stats.json"
+
+    def clients() -> tuple[int, int, int]:
+        sel = selectors.DefaultSelector()
+        state: dict[int, dict[str, Any]] = {}
+        for i in range(n_conns):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex((US4, 7))
+            payload = i.to_bytes(4, "big") * (size // 4)       # distinct data per connection
+            state[s.fileno()] = {"sock": s, "out": memoryview(payload), "want": payload, "got": bytearray()}
+            sel.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        deadline = time.monotonic() + 120
+        done = 0
+        while done < n_conns and time.monotonic() < deadline:
+            for key, mask in sel.select(timeout=1.0):
+                st = state[key.fd]
+                s = st["sock"]
+                if mask & selectors.EVENT_WRITE and st["out"] is not None:
+                    try:
+                        sent = s.send(st["out"])
+                    except BlockingIOError:
+                        sent = 0
+                    st["out"] = st["out"][sent:]
+                    if not len(st["out"]):
+                        s.shutdown(socket.SHUT_WR)
+                        st["out"] = None
+                        sel.modify(s, selectors.EVENT_READ)
+                if mask & selectors.EVENT_READ:
+                    try:
+                        chunk = s.recv(65536)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        st["got"] += chunk
+                    else:
+                        sel.unregister(s)
+                        s.close()
+                        done += 1
+        good = sum(1 for st in state.values() if st["got"] == st["want"])
+        lost = sum(max(len(st["want"]) - len(st["got"]), 0) for st in state.values())
+        return done, good, lost
+
+    with _serve(ns, "echo", "--impair", "loss=0.01,reorder=0.01,seed=5", "--stats-file", str(stats)) as srv:
+        done, good, lost = netns.call_in_namespace(ns, clients)
+        assert srv.stop() == 0, srv.stderr
+    print(json.dumps({"figure": "tun_soak", "connections": n_conns, "closed": done, "correct": good,
+                      "bytes_lost": lost}))
+    assert done == n_conns and good == n_conns and lost == 0
+    c = _read_json(stats)["counters"]
+    assert c.get("TcpPassiveOpens", 0) == n_conns, c
+    assert c.get("TcpRetransSegs", 0) > 0, c            # the impairment really dropped packets

@@ -176,3 +176,46 @@ def test_orphans_over_max_are_reset_and_counted() -> None:
     assert len(orphans) <= 3
     assert p.stack.counters["TcpExtTCPAbortOnMemory"] == 3
     assert resets == 3                      # each one beyond the bound was reset on the wire
+
+
+def test_stack_memory_limit_drops_counts_and_recovers() -> None:
+    """A stack-wide limit on buffered bytes (Linux tcp_mem): past it inbound data is dropped and
+    counted (TcpExtTCPRcvQDrop) and send() takes nothing; no byte is lost, and closing everything
+    gives all memory back."""
+    from pair import make_pair
+
+    from usertcp.net.memnet import LinkConfig
+    limit = 200_000
+    pair = make_pair(LinkConfig(delay=0.002), seed=17, cfg_b=StackConfig(mem_limit=limit))
+    lst = pair.b.listen(80)
+    clients = []
+    for _ in range(3):
+        c = pair.a.create_connection("10.0.0.2", 80)
+        pair.a.connect(c, pair.now)
+        clients.append(c)
+    pair.driver.kick()
+    pair.driver.run_until(lambda: len(lst.accept_queue) == 3, 5)
+    servers = [lst.accept() for _ in range(3)]
+    data = [bytes([i]) * 150_000 for i in range(3)]
+    for c, d in zip(clients, data, strict=True):
+        c.send(d, pair.now)
+    pair.driver.kick()
+    pair.driver.run_for(3.0)                      # nobody reads: 450 KB would not fit
+    mem = pair.b.mem
+    assert mem.peak <= limit
+    assert pair.b.counters["TcpExtTCPRcvQDrop"] > 0
+    assert servers[0] is not None and servers[0].send(b"x" * (limit + 1), pair.now) < limit + 1
+    got = [bytearray() for _ in range(3)]
+    for _ in range(200):                          # now the application reads: the peers retransmit
+        for s, g in zip(servers, got, strict=True):
+            assert s is not None
+            g += s.recv(1 << 20, pair.now)
+        pair.driver.kick()
+        pair.driver.run_for(0.05)
+        if all(len(g) == len(d) for g, d in zip(got, data, strict=True)):
+            break
+    assert [bytes(g) for g in got] == data
+    for s in servers:
+        assert s is not None
+        s.abort(pair.now)
+    assert mem.used == 0

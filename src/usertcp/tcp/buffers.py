@@ -13,15 +13,35 @@ from collections import deque
 from usertcp.wire.segment import Buffer
 
 
+class MemAccount:
+    """Bytes held in every connection's send and receive buffers of one stack (Linux tcp_mem)."""
+
+    __slots__ = ("limit", "peak", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit          # 0: unlimited
+        self.used = 0
+        self.peak = 0
+
+    def room(self) -> int:
+        return max(self.limit - self.used, 0) if self.limit else 1 << 62
+
+    def add(self, n: int) -> None:
+        self.used += n
+        if self.used > self.peak:
+            self.peak = self.used
+
+
 class SendBuffer:
     """Stream bytes from ``start`` (oldest unacknowledged) to ``end`` (last written).
 
     Offsets are 0-based stream offsets (the first data byte is 0), unbounded ints.
     """
 
-    __slots__ = ("_bufs", "_head", "_offs", "end", "start")
+    __slots__ = ("_bufs", "_head", "_offs", "acct", "end", "start")
 
-    def __init__(self) -> None:
+    def __init__(self, acct: MemAccount | None = None) -> None:
+        self.acct = acct
         self._offs: list[int] = []
         self._bufs: list[memoryview] = []
         self._head = 0
@@ -39,6 +59,8 @@ class SendBuffer:
         self._offs.append(self.end)
         self._bufs.append(data if isinstance(data, memoryview) else memoryview(data))
         self.end += n
+        if self.acct is not None:
+            self.acct.add(n)
 
     def views(self, offset: int, length: int) -> list[memoryview]:
         """The bytes [offset, offset+length) as slices of the stored chunks."""
@@ -62,6 +84,8 @@ class SendBuffer:
         if upto <= self.start:
             return
         upto = min(upto, self.end)
+        if self.acct is not None:
+            self.acct.used -= upto - self.start
         offs, bufs = self._offs, self._bufs
         head = self._head
         n = len(offs)
@@ -79,11 +103,12 @@ class SendBuffer:
 class RecvBuffer:
     """In-order received bytes not yet read, as the memoryviews they arrived in."""
 
-    __slots__ = ("_chunks", "size")
+    __slots__ = ("_chunks", "acct", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, acct: MemAccount | None = None) -> None:
         self._chunks: deque[memoryview] = deque()
         self.size = 0
+        self.acct = acct
 
     def __len__(self) -> int:
         return self.size
@@ -92,12 +117,19 @@ class RecvBuffer:
         if len(data):
             self._chunks.append(data)
             self.size += len(data)
+            if self.acct is not None:
+                self.acct.add(len(data))
+
+    def _freed(self, n: int) -> None:
+        if self.acct is not None:
+            self.acct.used -= n
 
     def read(self, n: int) -> bytes:
         """Copy out and consume up to ``n`` bytes."""
         if n >= self.size:
             out = b"".join(self._chunks)
             self._chunks.clear()
+            self._freed(self.size)
             self.size = 0
             return out
         parts: list[memoryview] = []
@@ -113,6 +145,7 @@ class RecvBuffer:
                 chunks[0] = c[need:]
                 need = 0
         self.size -= n
+        self._freed(n)
         return b"".join(parts)
 
     def read_into(self, target: memoryview) -> int:
@@ -129,6 +162,7 @@ class RecvBuffer:
             else:
                 chunks[0] = c[take:]
         self.size -= n
+        self._freed(n)
         return n
 
     def peek(self, offset: int, length: int) -> bytes:
@@ -166,6 +200,7 @@ class RecvBuffer:
                 chunks[0] = c[left:]
                 left = 0
         self.size -= n
+        self._freed(n)
 
     def chunks(self) -> deque[memoryview]:
         return self._chunks

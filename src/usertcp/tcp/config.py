@@ -62,6 +62,7 @@ class StackConfig:
     abort_on_overflow: bool = False
     reassembly_max_segments: int = 1024
     max_orphans: int = 65536
+    mem_limit: int = 256 << 20           # bytes in all send/receive buffers (Linux tcp_mem); 0: none
     header_prediction: bool = True        # the fast path (header-prediction issue)
     md5_fast_path: bool = True
     isn_secret: bytes = field(default_factory=lambda: os.urandom(16))

@@ -129,7 +129,7 @@ class Connection:
         self.snd_wl1 = 0               # offset in the *receive* space of the last window update
         self.snd_wl2 = 0
         self.fin_queued = False        # FIN to send after the data
-        self.snd_buf = SendBuffer()
+        self.snd_buf = SendBuffer(stack.mem)
         self.sndbuf_limit = max(cfg.wmem[1], 262144)
         self.rtx: deque[SentSegment] = deque()
         self.sacked_bytes = 0
@@ -153,7 +153,7 @@ class Connection:
         self.irs = 0
         self.rcv_nxt = 0               # offset from IRS
         self.rcv_adv = 0               # right edge of the window we advertised (offset)
-        self.rcv_buf = RecvBuffer()
+        self.rcv_buf = RecvBuffer(stack.mem)
         self.rcvbuf_limit = cfg.rmem[1]
         self.ooo = ReassemblyQueue(max_segments=cfg.reassembly_max_segments,
                                    max_bytes=max(cfg.rmem[2], self.rcvbuf_limit))
@@ -556,8 +556,10 @@ class Connection:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        n = min(len(data), self.send_space)
+        n = min(len(data), self.send_space, self.stack.mem.room())
         if n <= 0:
+            if self.stack.mem.limit and not self.stack.mem.room():
+                self.mib["UsertcpSendMemLimited"] += 1
             return 0
         if isinstance(data, bytes):
             chunk: Buffer = data if n == len(data) else memoryview(data)[:n]
@@ -676,7 +678,7 @@ class Connection:
             self.mib["TcpExtTCPAbortOnClose" if len(self.rcv_buf) else "TcpExtTCPAbortOnLinger"] += 1
             if st is not State.TIME_WAIT:
                 self.send_rst(now)
-            self.rcv_buf = RecvBuffer()
+            self.rcv_buf.discard(len(self.rcv_buf))
             self._close_now(now)
             return
         if not self.write_shutdown:
@@ -708,6 +710,13 @@ class Connection:
     def _close_now(self, now: float) -> None:
         if self.closed_by_app and self.state is not State.CLOSED:
             self.stack.orphans -= 1
+        # Unsent data goes with the connection: give its memory back to the stack's account.
+        if self.snd_buf.acct is not None:
+            self.snd_buf.acct.used -= len(self.snd_buf)
+            self.snd_buf.acct = None
+        if self.closed_by_app and self.rcv_buf.acct is not None:
+            self.rcv_buf.acct.used -= len(self.rcv_buf)
+            self.rcv_buf.acct = None
         self._set_state(State.CLOSED, now)
         self.rto_deadline = self.delack_deadline = self.probe_deadline = INF
         self.keepalive_deadline = self.time_wait_deadline = INF
@@ -1463,6 +1472,13 @@ class Connection:
             plen = keep
             fin = False
             mib["UsertcpBeyondWindow"] += 1
+        mem = self.stack.mem
+        if plen and mem.limit and mem.used + plen > mem.limit:
+            # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
+            # ACK restates what we have, and the peer retransmits when memory frees.
+            mib["TcpExtTCPRcvQDrop"] += 1
+            self._schedule_ack(now, immediate=True)
+            return
         if seg_off == nxt:
             if plen:
                 self._grow_window(plen)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from usertcp.tcp import fastopen, syncookies
+from usertcp.tcp.buffers import MemAccount
 from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackConfig
 from usertcp.tcp.connection import HP_MASK, INF, Connection, State
 from usertcp.tcp.cookies import IsnGenerator
@@ -182,6 +183,7 @@ class Stack:
         self._challenge_count = 0
         self.time_wait_count = 0
         self.orphans = 0                  # closed by the application, not yet CLOSED (tcp_orphan_count)
+        self.mem = MemAccount(self.config.mem_limit)   # all send/receive buffers (Linux tcp_mem)
         self.gso_max_size = 0             # > 0 when the link segments for us (TSO)
         self.tx_csum_offload = False
         self.tracer: Callable[[dict[str, Any]], None] | None = None
@@ -290,6 +292,9 @@ class Stack:
             return True
         if ack != una or len(payload) > conn.rcv_adv - conn.rcv_nxt:
             return False
+        mem = self.mem
+        if mem.limit and mem.used + len(payload) > mem.limit:
+            return False                 # the slow path drops and counts it
         self.counters["TcpInSegs"] += 1
         self.counters["TcpExtTCPHPHits"] += 1
         conn.fast_data(payload, ts_val, ts_ecr, now)
