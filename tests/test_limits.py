@@ -183,7 +183,6 @@ def test_stack_memory_limit_drops_counts_and_recovers() -> None:
     counted (TcpExtTCPRcvQDrop) and send() takes nothing; no byte is lost, and closing everything
     gives all memory back."""
     from pair import make_pair
-
     from usertcp.net.memnet import LinkConfig
     limit = 200_000
     pair = make_pair(LinkConfig(delay=0.002), seed=17, cfg_b=StackConfig(mem_limit=limit))
