@@ -733,18 +733,13 @@ class _Runner:
             problems += self._compare_options(ev, flow, actual_opts, last, exp)
         if ev.payload is not None and payload != ev.payload:
             problems.append(f"payload (expected {ev.payload!r}, actual {payload!r})")
+        def live_text(with_payload: bool) -> str:
+            return _fmt_live(last, seq=seq, length=total, flags=flags, ts=shown_ts, opts=actual_opts,
+                             ack=live_ack, sack_off=roff,
+                             payload=payload if with_payload and ev.payload is not None else None)
+
         if problems:
-            live = _fmt_live(
-                last,
-                seq=seq,
-                length=total,
-                flags=flags,
-                ts=shown_ts,
-                opts=actual_opts,
-                ack=live_ack,
-                sack_off=roff,
-                payload=payload if ev.payload is not None else None,
-            )
+            live = live_text(True)
             raise _Fail(
                 ev.line,
                 "outbound packet differs: " + "; ".join(problems),
@@ -765,16 +760,7 @@ class _Runner:
             tolerance_percent=self.tol_pct,
         )
         if err:
-            live = _fmt_live(
-                last,
-                seq=seq,
-                length=total,
-                flags=flags,
-                ts=shown_ts,
-                opts=actual_opts,
-                ack=live_ack,
-                sack_off=roff,
-            )
+            live = live_text(False)
             raise _Fail(
                 ev.line, err, [f"expected  {_fmt_expected(ev)}", f"actual    {live}  (sent at {t:.6f} s)"]
             )
