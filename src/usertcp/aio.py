@@ -583,16 +583,10 @@ class UsertcpTransport(asyncio.Transport):
         self._finish(None)
 
     def abort(self) -> None:
-        self._closing = True
-        self._buf.clear()
-        self._buf_size = 0
-        self._detach()
-        if self._conn.state is not State.CLOSED:
-            self._conn.abort(self._driver.now())
-            self._driver.kick_soon()
-        self._finish(None)
+        self._fatal(None)
 
-    def _fatal(self, exc: Exception) -> None:
+    def _fatal(self, exc: Exception | None) -> None:
+        """Reset the connection and tell the protocol (``exc`` is None for a plain abort)."""
         self._closing = True
         self._buf.clear()
         self._buf_size = 0

@@ -538,6 +538,14 @@ class Stack:
                 mib["TcpExtListenDrops"] += 1
                 mib["UsertcpSynQueueDrops"] += 1
                 return
+        conn = self.new_child(listener, seg)
+        self.connections[conn.key] = conn
+        listener.embryonic.add(conn)
+        conn.start_passive_open(seg, listener, now)
+
+    def new_child(self, listener: Listener, seg: Segment) -> Connection:
+        """A passive child for ``seg``'s 4-tuple carrying what the listening socket set (Linux
+        sk_clone): socket options, the peer's TCP-MD5 key, and the listener's own setup hook."""
         conn = Connection(self, seg.dst, seg.dport, seg.src, seg.sport)
         for name, value in listener.options.items():
             setattr(conn, name, value)
@@ -546,9 +554,7 @@ class Stack:
             conn.md5_key = listener.md5_keys.lookup(seg.src)
         if listener.child_init is not None:
             listener.child_init(conn)
-        self.connections[conn.key] = conn
-        listener.embryonic.add(conn)
-        conn.start_passive_open(seg, listener, now)
+        return conn
 
     def send_reset_for(self, seg: Segment, now: float, md5_key: bytes | None = None) -> None:
         """RFC 9293 §3.10.7.1: the reset sent for a segment that belongs to no connection."""

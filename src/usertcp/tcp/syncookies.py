@@ -299,14 +299,7 @@ def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wsca
     Linux cookie_v4_check -> cookie_tcp_reqsk_alloc / tcp_get_cookie_sock; the peer's SYN
     window is unknown, the 3rd ACK's window replaces it (_establish_passive).
     """
-    conn = Connection(stack, seg.dst, seg.dport, seg.src, seg.sport)
-    for name, value in listener.options.items():
-        setattr(conn, name, value)
-    if listener.md5_keys is not None:
-        conn.md5_keys = listener.md5_keys
-        conn.md5_key = listener.md5_keys.lookup(seg.src)
-    if listener.child_init is not None:
-        listener.child_init(conn)
+    conn = stack.new_child(listener, seg)
     cfg = stack.config
     conn.passive = True
     conn.listener = listener
