@@ -50,6 +50,16 @@ __all__ = [
     "IPPROTO_IP",
     "IPPROTO_IPV6",
     "IPPROTO_TCP",
+    "IPV6_MTU",
+    "IPV6_MTU_DISCOVER",
+    "IPV6_RECVERR",
+    "IP_MTU",
+    "IP_MTU_DISCOVER",
+    "IP_PMTUDISC_DO",
+    "IP_PMTUDISC_DONT",
+    "IP_PMTUDISC_PROBE",
+    "IP_PMTUDISC_WANT",
+    "IP_RECVERR",
     "MSG_DONTWAIT",
     "MSG_FASTOPEN",
     "MSG_MORE",
@@ -159,6 +169,17 @@ TCP_FASTOPEN_CONNECT: Final = 30
 TCP_FASTOPEN_KEY: Final = 33
 TCP_FASTOPEN_NO_COOKIE: Final = 34
 TCP_MD5SIG_EXT: Final = 32
+# IP-level options TCP honours (Linux values): path-MTU discovery mode, hard ICMP errors, MTU.
+IP_MTU_DISCOVER: Final = 10
+IP_RECVERR: Final = 11
+IP_MTU: Final = 14
+IPV6_MTU_DISCOVER: Final = 23
+IPV6_MTU: Final = 24
+IPV6_RECVERR: Final = 25
+IP_PMTUDISC_DONT: Final = 0
+IP_PMTUDISC_WANT: Final = 1
+IP_PMTUDISC_DO: Final = 2
+IP_PMTUDISC_PROBE: Final = 3
 
 MSG_OOB: Final = 0x1
 MSG_PEEK: Final = 0x2
@@ -1020,9 +1041,23 @@ class Socket:
                 self._set_sol(optname, value)
             elif level == IPPROTO_TCP:
                 self._set_tcp(optname, value)
+            elif level in (IPPROTO_IP, IPPROTO_IPV6):
+                self._set_ip(level, optname, value)
             else:
                 raise _oserror(errno.ENOPROTOOPT, f"option level {level} not supported")
         self._kick()
+
+    def _set_ip(self, level: int, optname: int, value: Any) -> None:
+        v6 = level == IPPROTO_IPV6
+        if optname == (IPV6_MTU_DISCOVER if v6 else IP_MTU_DISCOVER):
+            mode = _int_value(value)
+            if not 0 <= mode <= 5:          # Linux: IP_PMTUDISC_DONT .. IP_PMTUDISC_OMIT
+                raise _oserror(errno.EINVAL, f"path-MTU discovery mode {mode} out of range")
+            self._set_conn_attr("pmtudisc", mode)
+        elif optname == (IPV6_RECVERR if v6 else IP_RECVERR):
+            self._set_conn_attr("recverr", bool(_int_value(value)))
+        else:
+            raise _oserror(errno.ENOPROTOOPT, f"IP option {optname} not supported")
 
     def _set_conn_attr(self, name: str, value: Any) -> None:
         self._conn_opts[name] = value
@@ -1176,9 +1211,25 @@ class Socket:
                 v = self._get_sol(optname)
             elif level == IPPROTO_TCP:
                 v = self._get_tcp(optname)
+            elif level in (IPPROTO_IP, IPPROTO_IPV6):
+                v = self._get_ip(level, optname)
             else:
                 raise _oserror(errno.ENOPROTOOPT, f"option level {level} not supported")
         return struct.pack("i", v)[:buflen] if buflen else v
+
+    def _get_ip(self, level: int, optname: int) -> int:
+        v6 = level == IPPROTO_IPV6
+        conn = self._conn
+        if optname == (IPV6_MTU if v6 else IP_MTU):
+            # Linux: the path MTU of a connected socket, ENOTCONN otherwise.
+            if conn is None or not conn.is_synchronized:
+                raise _oserror(errno.ENOTCONN, "IP_MTU needs a connected socket")
+            return conn.pmtu or conn.config.mtu
+        if optname == (IPV6_MTU_DISCOVER if v6 else IP_MTU_DISCOVER):
+            return int(self._opt("pmtudisc", 1))
+        if optname == (IPV6_RECVERR if v6 else IP_RECVERR):
+            return int(bool(self._opt("recverr", False)))
+        raise _oserror(errno.ENOPROTOOPT, f"IP option {optname} not supported")
 
     def _get_sol(self, optname: int) -> int:
         conn = self._conn

@@ -54,6 +54,7 @@ from usertcp.drill.ast import (
     CommandEvent,
     EllipsisExpr,
     Event,
+    IcmpInfo,
     PacketEvent,
     Script,
     Symbol,
@@ -87,6 +88,7 @@ from usertcp.drill.syscalls import (
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
 from usertcp.tcp.stack import Stack, pack_ip
+from usertcp.wire import icmp as wire_icmp
 from usertcp.wire.md5 import md5_digest_fixed, verify_segment_md5
 from usertcp.wire.packet import build_packet, parse_packet
 from usertcp.wire.segment import ACK, AE, CWR, ECE, FIN, PSH, RST, SYN, URG, DropPacket, Segment
@@ -146,6 +148,31 @@ class _Skip(Exception):
         super().__init__(reason)
         self.line = line
         self.reason = reason
+
+
+def _icmp_type_code(line: int, info: IcmpInfo, v6: bool) -> tuple[int, int]:
+    """Type and code bytes from packetdrill's names (or ``type_N`` / ``code_N``) for a family."""
+    types = wire_icmp.ICMP6_TYPES if v6 else wire_icmp.ICMP4_TYPES
+    m = re.fullmatch(r"type_(\d+)", info.type)
+    icmp_type = int(m.group(1)) if m else types.get(info.type, -1)
+    if not 0 <= icmp_type <= 255:
+        raise _Skip(line, f"bad ICMP type {info.type} for IPv{6 if v6 else 4} (packetdrill rejects it)")
+    if info.code is None:
+        return icmp_type, 0            # packetdrill: a missing code means code 0
+    m = re.fullmatch(r"code_(\d+)", info.code)
+    if m:
+        code = int(m.group(1))
+    elif info.code.isdigit():
+        code = int(info.code)
+    elif v6:
+        code = wire_icmp.ICMP6_CODES.get(icmp_type, {}).get(info.code, -1)
+    else:
+        code = wire_icmp.ICMP4_UNREACH_CODES.get(info.code, -1) if icmp_type == 3 else -1
+    if not 0 <= code <= 255:
+        # packetdrill stops with "bad ICMP code": a template script needs -D NAME=code.
+        hint = f"; a template: define it with -D {info.code}=<code name>" if info.code.isupper() else ""
+        raise _Skip(line, f"bad ICMP code {info.code} for IPv{6 if v6 else 4} (packetdrill rejects it{hint})")
+    return icmp_type, code
 
 
 # ----------------------------------------------------------------------------- flows
@@ -511,6 +538,9 @@ class _Runner:
 
     def _inbound(self, ev: PacketEvent) -> None:
         flow = self._flow_for_inbound(ev)
+        if ev.protocol == "icmp":
+            self._inbound_icmp(ev, flow)
+            return
         flags = _flag_bits(ev.flags)
         sport = ev.src_port if ev.src_port is not None else flow.remote_port
         dport = ev.dst_port if ev.dst_port is not None else flow.local_port
@@ -548,6 +578,27 @@ class _Runner:
             tos=tos, ttl=ttl, flow_label=flow_label,
         )  # fmt: skip
         self.stack.receive(pkt.tobytes(), self.now_s)
+        self.flush()
+        self._poll_pending()
+
+    def _inbound_icmp(self, ev: PacketEvent, flow: _Flow) -> None:
+        """An ICMP error from the remote side quoting our segment (packetdrill new_icmp_packet):
+        the quote's ports are the flow's, its sequence number is mapped like an outbound one."""
+        info = ev.icmp
+        assert info is not None
+        v6 = len(flow.local_ip) == 16
+        icmp_type, code = _icmp_type_code(ev.line, info, v6)
+        mtu = info.mtu or 0
+        if (v6 and mtu and icmp_type != wire_icmp.ICMPV6_PKT_TOOBIG) or (not v6 and mtu and (
+            icmp_type, code) != (wire_icmp.ICMP_DEST_UNREACH, wire_icmp.ICMP_FRAG_NEEDED)):
+            raise _Fail(ev.line, "ICMP mtu is only valid for unreachable frag_needed / packet_too_big")
+        seq = (info.echoed_seq_start + flow.local_offset()) & 0xFFFFFFFF
+        pkt = wire_icmp.build_icmp_error(
+            src=flow.remote_ip, dst=flow.local_ip, icmp_type=icmp_type, code=code, info=mtu,
+            quoted_src=flow.local_ip, quoted_dst=flow.remote_ip, sport=flow.local_port,
+            dport=flow.remote_port, seq=seq, quoted_payload_len=info.echoed_len,
+        )
+        self.stack.receive(pkt, self.now_s)
         self.flush()
         self._poll_pending()
 
@@ -994,8 +1045,14 @@ def prescan(script: Script) -> tuple[int | None, str] | None:
     cmds = [c for c in (script.init_command, script.cleanup_command) if c is not None]
     for ev in list(script.events) + cmds:
         if isinstance(ev, PacketEvent):
-            if ev.protocol != "tcp":
-                return ev.line, f"{ev.protocol.upper()} packets not emulated (the core is TCP only)"
+            if ev.protocol == "udp":
+                return ev.line, "UDP packets not emulated (the core is TCP only)"
+            if ev.protocol == "icmp":
+                assert ev.icmp is not None
+                if not ev.inbound:
+                    return ev.line, "outbound ICMP not emulated (the stack sends only echo replies)"
+                if ev.icmp.echoed_protocol != "tcp":
+                    return ev.line, f"ICMP quoting {ev.icmp.echoed_protocol} not emulated (TCP only)"
             if ev.encapsulation:
                 return ev.line, "encapsulated packets not emulated"
             for tcp_opt in ev.options or []:

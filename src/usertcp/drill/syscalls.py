@@ -607,10 +607,11 @@ class Syscalls:
             # Linux ip_setsockopt: the ECN bits are kept by TCP, the rest goes in every packet.
             set_attr("tos", value(arg) & 0xFC)
         elif name == "IP_MTU_DISCOVER":
-            # Without path-MTU discovery every mode behaves as IP_PMTUDISC_DONT; only the
-            # value's range is checked, as Linux does (0..5).
+            # The path-MTU discovery mode (0 DONT .. 5 OMIT, Linux checks the range): with DONT,
+            # INTERFACE or OMIT ICMP "fragmentation needed" no longer lowers the MSS.
             if not 0 <= value(arg) <= 5:
                 raise SysError(errno.EINVAL)
+            set_attr("pmtudisc", value(arg))
         elif name == "SO_KEEPALIVE":
             set_attr("keepalive", bool(value(arg)))
         elif name == "SO_SNDBUF":

@@ -23,6 +23,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import TYPE_CHECKING, Any, Literal
 
 from usertcp.net.endpoint import Endpoint
+from usertcp.wire import icmp
 from usertcp.wire.segment import Buffer, TxPacket
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class LinkConfig:
     duplicate: float = 0.0
     corrupt: float = 0.0                 # flip one checksummed bit
     jitter: float = 0.0                  # uniform extra delay in [0, jitter); keeps FIFO order
+    mtu: int | None = None               # next-hop MTU: larger packets are dropped with an ICMP
+                                         # "fragmentation needed" / "packet too big" to the sender
 
     def __post_init__(self) -> None:
         for name in ("loss", "reorder", "duplicate", "corrupt"):
@@ -61,6 +64,8 @@ class LinkConfig:
             raise ValueError("bandwidth_bps must be > 0 or None")
         if self.queue_limit < 1:
             raise ValueError("queue_limit must be >= 1")
+        if self.mtu is not None and self.mtu < 68:
+            raise ValueError("mtu must be >= 68 (RFC 791)")
 
     def with_(self, **changes: Any) -> LinkConfig:
         """A copy with some fields changed (``cfg.with_(loss=0.05)``)."""
@@ -78,6 +83,7 @@ class LinkStats:
     reordered: int = 0
     duplicated: int = 0
     corrupted: int = 0
+    too_big: int = 0
     bytes: int = 0
     bytes_delivered: int = 0
 
@@ -152,6 +158,9 @@ class LinkDirection:
         if net._send_taps:
             net._run_taps(net._send_taps, data, now, self)
         cfg = self.config
+        if cfg.mtu is not None and len(data) > cfg.mtu:
+            self._too_big(data, now, cfg.mtu)
+            return
         bw = cfg.bandwidth_bps
         if bw is None:
             t = now + cfg.delay
@@ -202,6 +211,21 @@ class LinkDirection:
                 st.corrupted += 1
                 pkt = _flip_bit(data, rng)
             schedule(t, self, pkt)
+
+    def _too_big(self, data: bytes, now: float, mtu: int) -> None:
+        """Act as the router in front of a smaller link (RFC 1191 §4, RFC 8201 §4): drop the
+        packet and tell its source, unless it is an IPv4 packet the router may fragment."""
+        self.stats.too_big += 1
+        v6 = data[0] >> 4 == 6
+        if not v6 and not data[6] & 0x40:
+            return      # DF clear: a real router would fragment; we model only the drop
+        src = data[8:24] if v6 else data[12:16]
+        back = self.dst.routes.get(src)
+        if back is None:
+            return
+        reply = icmp.error_for_packet(data, mtu=mtu)
+        if reply is not None:
+            back.send(reply, now)
 
     def _arrive(self, data: bytes, now: float) -> Host:
         """Account a delivery that is due now (called by the driver); returns the receiver."""

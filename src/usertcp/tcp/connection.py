@@ -110,6 +110,12 @@ class Connection:
         self.state = State.CLOSED
         self.listener: Listener | None = None
         self.error = 0                 # pending socket error (errno), reported once
+        # ICMP (RFC 1122 §4.2.3.9, Linux tcp_v4_err): a soft error replaces ETIMEDOUT when the
+        # connection times out; IP_RECVERR makes errors hard; the path MTU from PMTU discovery.
+        self.soft_error = 0
+        self.recverr = False
+        self.pmtudisc = 1              # IP_PMTUDISC_WANT, Linux's default for TCP
+        self.pmtu = 0                  # 0: the link MTU
         self.closed_by_app = False     # close() called: the socket is orphaned
         self.read_shutdown = False
         self.write_shutdown = False
@@ -344,6 +350,8 @@ class Connection:
     def _compute_mss(self) -> None:
         """Effective send MSS: the peer's MSS less our per-segment options (RFC 9293 §3.7.1)."""
         own = self.stack.mtu_mss(self.v6)
+        if self.pmtu:
+            own = min(own, self.pmtu - (60 if self.v6 else 40))
         mss = min(self.peer_mss, own)
         if self.user_mss:
             mss = min(mss, self.user_mss)
@@ -745,11 +753,13 @@ class Connection:
         self._close_now(now)
 
     def _fail(self, err: int, now: float, *, send_rst: bool = False) -> None:
+        if err == errno.ETIMEDOUT:
+            self.mib["TcpExtTCPAbortOnTimeout"] += 1
+            # Linux tcp_write_err: the last ICMP soft error explains the timeout better.
+            err = self.soft_error or err
         self.error = err
         if send_rst:
             self.send_rst(now)
-        if err == errno.ETIMEDOUT:
-            self.mib["TcpExtTCPAbortOnTimeout"] += 1
         self._close_now(now)
 
     # ------------------------------------------------------------------ input
@@ -2043,7 +2053,7 @@ class Connection:
             "tcpi_sacked": (self.sacked_bytes + mss - 1) // mss,
             "tcpi_lost": (self.lost_bytes + mss - 1) // mss,
             "tcpi_retrans": (self.retrans_bytes + mss - 1) // mss,
-            "tcpi_pmtu": self.config.mtu,
+            "tcpi_pmtu": self.pmtu or self.config.mtu,
             "tcpi_advmss": (min(self.stack.mtu_mss(self.v6), self.user_mss or 65535)
                             - (12 if self.ts_ok else 0)),
             "tcpi_snd_ssthresh": min(self.cc.ssthresh // mss, 0x7FFFFFFF),

@@ -21,12 +21,14 @@ from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackC
 from usertcp.tcp.connection import HP_MASK, INF, Connection, State
 from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
+from usertcp.tcp.icmp_errors import icmp_arrives
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.checksum import mod_ffff
+from usertcp.wire.icmp import IPPROTO_ICMP, IPPROTO_ICMPV6, parse_icmp
 from usertcp.wire.md5 import md5_digest_fixed, verify_segment_md5
 from usertcp.wire.packet import build_packet, parse_packet
-from usertcp.wire.segment import ACK, FIN, RST, SYN, Buffer, DropPacket, Segment, TxPacket
+from usertcp.wire.segment import ACK, FIN, RST, SYN, Buffer, DropPacket, NotTcp, Segment, TxPacket
 from usertcp.wire.tcp import encode_options
 
 EPHEMERAL_PORTS = (32768, 60999)   # Linux ip_local_port_range
@@ -200,6 +202,12 @@ class Stack:
         mib = self.counters
         try:
             seg = parse_packet(packet, verify_checksum=not checksum_verified)
+        except NotTcp as other:
+            if other.protocol == (IPPROTO_ICMPV6 if other.ip_version == 6 else IPPROTO_ICMP):
+                self._icmp_receive(other, now)
+            else:
+                mib[other.counter] += 1
+            return
         except DropPacket as drop:
             mib[drop.counter] += 1
             if drop.counter == "TcpInCsumErrors":
@@ -210,6 +218,22 @@ class Stack:
             mib["IpInAddrErrors"] += 1
             return
         self.segment_arrives(seg, now)
+
+    def _icmp_receive(self, where: NotTcp, now: float) -> None:
+        """ICMP/ICMPv6 for one of our addresses: validated and counted, then to TCP's handler."""
+        mib = self.counters
+        if where.dst not in self.addresses:
+            mib["IpInAddrErrors"] += 1
+            return
+        try:
+            msg = parse_icmp(where.mv, where.offset, where.end, where.ip_version, bytes(where.src),
+                             bytes(where.dst))
+        except DropPacket as drop:
+            mib[drop.counter] += 1
+            if drop.counter.endswith("CsumErrors"):
+                mib["Icmp6InErrors" if where.ip_version == 6 else "IcmpInErrors"] += 1
+            return
+        icmp_arrives(self, msg, now)
 
     def _fast_receive(self, packet: Buffer, now: float, checksum_verified: bool) -> bool:
         """Header prediction (Linux tcp_rcv_established): handle the expected segment cheaply.

@@ -13,13 +13,14 @@ IpInCsumErrors       IPv4 header checksum wrong (Linux also counts IpInHdrErrors
 IpInTruncatedPkts    total length > bytes received
 IpReasmFails         IPv4 fragment (MF or offset != 0): no reassembly here, so every
                      fragment is a failed reassembly (Linux would count IpReasmReqds first)
-IpInUnknownProtos    protocol is not TCP
+IpInUnknownProtos    protocol is not TCP (raised as :class:`NotTcp`: ICMP goes to wire.icmp)
 Ip6InHdrErrors       < 40 bytes, extension header past the payload, routing header with
                      segments left != 0 (RFC 8200 §4.4: we are not a router)
 Ip6InTruncatedPkts   payload length > bytes received
 Ip6ReasmFails        fragment header with offset != 0 or M set (atomic fragments,
                      RFC 6946, are accepted as Linux does)
-Ip6InUnknownProtos   final next header not TCP, or hop-by-hop not first (RFC 8200 §4.3)
+Ip6InUnknownProtos   final next header not TCP (:class:`NotTcp`), or hop-by-hop not first
+                     (RFC 8200 §4.3)
 TcpInErrs            TCP segment < 20 bytes, data offset < 5 or past the segment,
                      malformed option length, SYN together with RST
 TcpInCsumErrors      TCP checksum wrong (Linux also counts TcpInErrs)
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 
 from .checksum import mod_ffff
 from .md5 import md5_digest_fixed
-from .segment import RST, SYN, Buffer, DropPacket, Segment, TxPacket
+from .segment import RST, SYN, Buffer, DropPacket, NotTcp, Segment, TxPacket
 from .tcp import parse_options
 
 _from_bytes = int.from_bytes
@@ -92,7 +93,7 @@ def parse_packet(buf: Buffer, *, verify_checksum: bool = True) -> Segment:
         if frag & 0x3FFF:
             raise DropPacket("IpReasmFails", "IPv4 fragment")
         if proto != 6:
-            raise DropPacket("IpInUnknownProtos", f"IP protocol {proto}")
+            raise NotTcp("IpInUnknownProtos", proto, 4, mv, ihl, tot, src, dst)
         seg = Segment()
         seg.ip_version = 4
         seg.tos = tos
@@ -129,7 +130,7 @@ def parse_packet(buf: Buffer, *, verify_checksum: bool = True) -> Segment:
                 nh = mv[off]
                 off += 8
             else:
-                raise DropPacket("Ip6InUnknownProtos", f"next header {nh}")
+                raise NotTcp("Ip6InUnknownProtos", nh, 6, mv, off, end, src, dst)
         seg = Segment()
         seg.ip_version = 6
         seg.tos = (vtcfl >> 20) & 0xFF

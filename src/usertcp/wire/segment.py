@@ -50,6 +50,24 @@ class DropPacket(Exception):
         self.reason = reason
 
 
+class NotTcp(DropPacket):
+    """A valid IP packet for another protocol: a drop for TCP, and where its payload lies
+    (``mv[offset:end]``) so that the stack can hand ICMP to its error handling."""
+
+    __slots__ = ("dst", "end", "ip_version", "mv", "offset", "protocol", "src")
+
+    def __init__(self, counter: str, protocol: int, ip_version: int, mv: memoryview, offset: int,
+                 end: int, src: bytes, dst: bytes) -> None:
+        super().__init__(counter, f"IP protocol {protocol}")
+        self.protocol = protocol
+        self.ip_version = ip_version
+        self.mv = mv
+        self.offset = offset
+        self.end = end
+        self.src = src
+        self.dst = dst
+
+
 class Segment:
     """One validated inbound TCP segment with its IP addressing.
 
