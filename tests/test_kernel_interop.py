@@ -383,6 +383,47 @@ def test_bulk(ns: str, tmp_path: Path, direction: str, offload: bool, impair: st
           f"{ {k: v for k, v in st['counters'].items() if any(w in k for w in _SHOWN)} }")
 
 
+# -- ICMP: the kernel pings usertcp ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("v6", [False, True], ids=["ipv4", "ipv6"])
+def test_kernel_ping_gets_echo_replies(ns: str, v6: bool) -> None:
+    """Echo requests from the kernel's own ICMP code (a raw socket in the namespace) come back
+    with the kernel finding our checksums, identifier, sequence and data right."""
+    us, _, _ = _addrs(v6)
+
+    def ping() -> list[tuple[int, int, bytes]]:
+        family = socket.AF_INET6 if v6 else socket.AF_INET
+        proto = socket.IPPROTO_ICMPV6 if v6 else socket.IPPROTO_ICMP
+        replies = []
+        with socket.socket(family, socket.SOCK_RAW, proto) as s:
+            s.settimeout(5)
+            for seq in range(3):
+                payload = bytes([seq]) * (56 + seq)
+                req = struct.pack("!BBHHH", 128 if v6 else 8, 0, 0, 0x4242, seq) + payload
+                if not v6:      # the kernel fills in the ICMPv6 checksum itself (RFC 3542 §3.1)
+                    total = int.from_bytes(req, "big") << (8 * (len(req) & 1))
+                    r = total % 0xFFFF
+                    req = req[:2] + (0xFFFF - r if r else 0).to_bytes(2, "big") + req[4:]
+                s.sendto(req, (us, 0))
+                while True:
+                    raw = s.recv(4096)
+                    msg = raw if v6 else raw[(raw[0] & 15) * 4:]   # IPv4 raw sockets see the IP header
+                    if msg[0] == (129 if v6 else 0):
+                        break
+                if not v6:
+                    assert int.from_bytes(msg, "big") % 0xFFFF == 0, "bad ICMP checksum in the reply"
+                _type, _code, _sum, ident, rseq = struct.unpack_from("!BBHHH", msg)
+                replies.append((ident, rseq, msg[8:]))
+        return replies
+
+    with _serve(ns, "echo", v6=v6) as srv:
+        got = netns.call_in_namespace(ns, ping)
+        assert srv.stop() == 0, srv.stderr
+    assert got == [(0x4242, seq, bytes([seq]) * (56 + seq)) for seq in range(3)]
+
+
 # -- the memcached-protocol cache with pymemcache ------------------------------------------------
 
 
