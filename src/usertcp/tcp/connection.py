@@ -22,6 +22,7 @@ Rules followed (section numbers of the RFCs cited):
 from __future__ import annotations
 
 import errno
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from enum import IntEnum
@@ -1921,8 +1922,9 @@ class Connection:
 
     def _arm_tlp(self, now: float) -> None:
         """RFC 8985 §7.2: arm the probe timeout (PTO) while data is outstanding in Open state."""
-        if (not self.config.tlp or self.ca_state != CA_OPEN or self.snd_max <= self.snd_una
-                or self.tlp_high >= 0 or self.tlp_deadline != INF
+        # Linux tcp_schedule_loss_probe(): SACK peers only (RFC 8985 §2: RACK-TLP needs SACK).
+        if (not self.config.tlp or not self.sack_ok or self.ca_state != CA_OPEN
+                or self.snd_max <= self.snd_una or self.tlp_high >= 0 or self.tlp_deadline != INF
                 or self.state not in (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1,
                                       State.CLOSING, State.LAST_ACK)):
             return
@@ -1930,11 +1932,13 @@ class Connection:
         if srtt is None:
             pto = 1.0
         else:
-            pto = 2 * srtt
-            if self.snd_max - self.snd_una <= self.mss + 1:
-                # One segment out: allow for a delayed ACK (RFC 8985 §7.2, WCDelAckT).
-                pto = max(pto, 1.5 * srtt + self.config.delack_max)
-            pto = max(pto, 0.002)       # Linux TCP_TIMEOUT_MIN
+            # One segment out: allow for a delayed ACK (RFC 8985 §7.2 WCDelAckT; Linux adds
+            # the RTO floor), else TCP_TIMEOUT_MIN; rounded up to a jiffy (usecs_to_jiffies).
+            one = self.snd_max - self.snd_una <= self.mss + 1
+            pto = 2 * srtt + (self.rtt.rto_min if one else 0.002)
+            tick = self.rtt.granularity
+            if tick > 0:
+                pto = math.ceil(pto / tick - 1e-9) * tick
         # Linux caps the PTO at the RTO; the probe then goes out in the RTO's place.
         self.tlp_deadline = min(now + pto, self.rto_deadline)
 
