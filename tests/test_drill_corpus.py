@@ -42,8 +42,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('skipped', 55, 'sysctl net.ipv4.tcp_ecn=2 not modelled (only the Linux defau'),
     'gtests/net/tcp/nagle/https_client.pkt':
         ('failed', 32, 'outbound packet differs: flags (expected P., actual .)'),
-    'gtests/net/tcp/nagle/sendmsg_msg_more.pkt':
-        ('failed', 57, 'timing error: expected outbound packet at 0.416000 sec but i'),
     'gtests/net/tcp/sack/sack-route-refresh-ip-tos.pkt':
         ('failed', 35, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/user_timeout/user-timeout-probe.pkt':
