@@ -400,7 +400,8 @@ def test_sndbuf_rcvbuf_doubled(w: World) -> None:
     srv = us.create_server(("10.0.0.2", 80), host=w.b)
     s.connect(("10.0.0.2", 80))
     conn = s.connection
-    assert conn is not None and conn.sndbuf_limit == 30000 and conn.rcvbuf_limit == 50000
+    assert conn is not None and conn.sndbuf_limit == 60000 and conn.sndbuf_locked
+    assert conn.rcvbuf_limit == 50000
     srv.close()
 
 
@@ -466,7 +467,7 @@ def test_options_set_before_listen_are_inherited(w: World) -> None:
     conn = child.connection
     assert conn is not None
     assert conn.nodelay and conn.keepalive and conn.keepalive_time == 77.0
-    assert conn.sndbuf_limit == 40000 and conn.cc.name == "reno"
+    assert conn.sndbuf_limit == 80000 and conn.sndbuf_locked and conn.cc.name == "reno"
     assert child.getsockopt(us.IPPROTO_TCP, us.TCP_NODELAY) == 1
     assert child.getsockopt(us.SOL_SOCKET, us.SO_SNDBUF) == 80000
     assert child.getsockopt(us.IPPROTO_TCP, us.TCP_CONGESTION) == b"reno"

@@ -807,7 +807,14 @@ class Socket:
             return True
         if conn.state in _CONNECTING:
             return False
-        return conn.state not in (State.ESTABLISHED, State.CLOSE_WAIT) or conn.send_space > 0
+        if conn.state not in (State.ESTABLISHED, State.CLOSE_WAIT):
+            return True
+        # Linux tcp_poll() / sk_stream_write_space(): writable once the free space is half of
+        # what is queued; short of it, SOCK_NOSPACE lets the ACKs autotune the buffer.
+        if conn.writable:
+            return True
+        conn.sock_nospace = True
+        return False
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         """Send everything or raise; a timeout bounds the whole call, as in Python."""
@@ -1080,10 +1087,15 @@ class Socket:
         elif optname == SO_KEEPALIVE:
             self._set_conn_attr("keepalive", bool(_int_value(value)))
         elif optname == SO_SNDBUF:
-            # Linux doubles the request (bookkeeping overhead) and reports the doubled value.
+            # Linux doubles the request (sk_sndbuf also counts each skb's overhead), reports
+            # the doubled value and stops autotuning (SOCK_SNDBUF_LOCK); sk_write_space()
+            # may then wake a writer.
             v = min(_int_value(value), cfg.wmem[2])
             self._sndbuf = max(2 * v, _SOCK_MIN_SNDBUF)
-            self._set_conn_attr("sndbuf_limit", self._sndbuf // 2)
+            self._set_conn_attr("sndbuf_limit", self._sndbuf)
+            self._set_conn_attr("sndbuf_locked", True)
+            if self._conn is not None:
+                self._conn.write_space()
         elif optname == SO_RCVBUF:
             v = min(_int_value(value), cfg.rmem[2])
             self._rcvbuf = max(2 * v, _SOCK_MIN_RCVBUF)

@@ -449,6 +449,7 @@ class Syscalls:
                 raise SysError(errno.EINPROGRESS)
             return n
         total = 0
+        asleep = -1  # the socket's wake-up count when this writer went to sleep
         while True:
             if conn is None:
                 if sock.error:
@@ -464,6 +465,15 @@ class Syscalls:
                 State.SYN_RECEIVED,
             ):
                 raise SysError(errno.EPIPE)
+            if asleep >= 0:
+                # Linux sk_stream_wait_memory(): sleep until woken (sk_stream_write_space once
+                # writable, or any other wake-up), then go on if sk_stream_memory_free().
+                if conn.sk_wakeups == asleep or not conn.memory_free:
+                    asleep = conn.sk_wakeups
+                    conn.sock_nospace = True
+                    yield None
+                    continue
+                asleep = -1
             try:
                 n = conn.send(data[total:], self.host.now(), more=more)
             except OSError as exc:
@@ -474,10 +484,12 @@ class Syscalls:
             total += n
             if total >= len(data):
                 return total
+            conn.sock_nospace = True  # tcp_sendmsg_locked wait_for_space: SOCK_NOSPACE
             if nonblocking:
                 if total:
                     return total
                 raise SysError(errno.EAGAIN)
+            asleep = conn.sk_wakeups
             yield None
 
     def sys_write(self, args: list[Expr]) -> SyscallGen:
@@ -615,8 +627,13 @@ class Syscalls:
         elif name == "SO_KEEPALIVE":
             set_attr("keepalive", bool(value(arg)))
         elif name == "SO_SNDBUF":
+            # Linux sock_setsockopt: doubled (sk_sndbuf counts skb overhead too), locked
+            # against autotuning, then sk_write_space() may wake a writer.
             sock.sndbuf = max(2 * value(arg), SOCK_MIN_SNDBUF)
             set_attr("sndbuf_limit", sock.sndbuf)
+            set_attr("sndbuf_locked", True)
+            if conn is not None:
+                conn.write_space()
         elif name == "SO_RCVBUF":
             sock.rcvbuf = max(2 * value(arg), SOCK_MIN_RCVBUF)
             set_attr("rcvbuf_limit", sock.rcvbuf)
@@ -720,7 +737,11 @@ class Syscalls:
             elif conn is not None and conn.error:
                 actual = _take_error(conn)
         elif name == "SO_SNDBUF":
-            actual = sock.sndbuf if sock.sndbuf is not None else cfg.wmem[1]
+            # sk_sndbuf: what SO_SNDBUF set, else tcp_wmem[1] as autotuning grew it.
+            if conn is not None:
+                actual = conn.sndbuf_limit
+            else:
+                actual = sock.sndbuf if sock.sndbuf is not None else cfg.wmem[1]
         elif name == "SO_RCVBUF":
             actual = sock.rcvbuf if sock.rcvbuf is not None else cfg.rmem[1]
         elif name == "SO_TYPE":
@@ -829,10 +850,19 @@ class Syscalls:
             not closed
             and not conn.write_shutdown
             and conn.state not in (State.SYN_SENT, State.SYN_RECEIVED)
-            and conn.send_space > 0
+            and self._poll_writable(conn)
         ) or closed:
             out |= S["POLLOUT"] | S["POLLWRNORM"]
         return out & (events | S["POLLERR"] | S["POLLHUP"] | S["POLLNVAL"])
+
+    @staticmethod
+    def _poll_writable(conn: Connection) -> bool:
+        """Linux tcp_poll(): POLLOUT when __sk_stream_is_writeable(), else SOCK_NOSPACE so the
+        next ACK that frees enough space wakes the poller (tcp_check_space)."""
+        if conn.writable:
+            return True
+        conn.sock_nospace = True
+        return False
 
     def sys_poll(self, args: list[Expr]) -> SyscallGen:
         fds = args[0]

@@ -7,7 +7,7 @@ slices of it. The receive buffer keeps the memoryviews the segments arrived in.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from collections import deque
 
 from usertcp.wire.segment import Buffer
@@ -32,30 +32,118 @@ class MemAccount:
             self.peak = self.used
 
 
+# Linux skb->truesize of an empty skb from tcp_stream_alloc_skb(): SKB_TRUESIZE() of a
+# kmalloc-1024 head for MAX_TCP_HEADER (320) = 704 + sk_buff (256) + skb_shared_info (320).
+# Copied payload adds its own length (page fragments), so sk_wmem_queued = bytes + this per skb.
+SKB_TRUESIZE_OVERHEAD = 1280
+
+
 class SendBuffer:
     """Stream bytes from ``start`` (oldest unacknowledged) to ``end`` (last written).
 
     Offsets are 0-based stream offsets (the first data byte is 0), unbounded ints.
+
+    Besides the bytes it keeps the layout Linux gives them in skbs (start offsets of each
+    skb still holding unacknowledged bytes), because the send-buffer limit counts every
+    skb's overhead (``wmem_queued``, Linux sk_wmem_queued): skbs are opened by writes
+    (tcp_sendmsg_locked, up to the size goal) and split where a transmission stops inside
+    one (tso_fragment / tcp_fragment); an ACK frees the skbs it covers entirely.
     """
 
-    __slots__ = ("_bufs", "_head", "_offs", "acct", "end", "start")
+    __slots__ = ("_bufs", "_head", "_offs", "_sent", "_skb", "_skb_head", "acct", "end", "start")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self.acct = acct
         self._offs: list[int] = []
         self._bufs: list[memoryview] = []
         self._head = 0
+        self._skb: list[int] = []      # start offset of each skb, ascending
+        self._skb_head = 0             # first skb with unacknowledged bytes
+        self._sent = 0                 # highest offset ever transmitted
         self.start = 0
         self.end = 0
 
     def __len__(self) -> int:
         return self.end - self.start
 
-    def append(self, data: Buffer) -> None:
-        """Keep ``data`` by reference; the caller hands over an immutable buffer."""
+    # ------------------------------------------------------------ skb accounting
+
+    @property
+    def skb_count(self) -> int:
+        return len(self._skb) - self._skb_head
+
+    @property
+    def wmem_queued(self) -> int:
+        """Linux sk_wmem_queued: queued bytes plus each skb's truesize overhead."""
+        return self.end - self.start + (len(self._skb) - self._skb_head) * SKB_TRUESIZE_OVERHEAD
+
+    def skb_starts(self) -> list[int]:
+        """Start offsets of the skbs holding unacknowledged bytes (the first may be trimmed)."""
+        return self._skb[self._skb_head:]
+
+    def tail_room(self, size_goal: int) -> int:
+        """Bytes a write may still add to the last skb: it must be unsent (still in the
+        write queue, tcp_write_queue_tail) and shorter than the size goal."""
+        if len(self._skb) == self._skb_head or self._skb[-1] < self._sent:
+            return 0
+        return max(size_goal - (self.end - self._skb[-1]), 0)
+
+    def tail_is_send_head(self) -> bool:
+        """The last skb is the first unsent one (Linux skb == tcp_send_head(sk))."""
+        return len(self._skb) > self._skb_head and self._skb[-1] == self._sent < self.end
+
+    def room(self, size_goal: int, sndbuf: int) -> int:
+        """Bytes one write could queue now (tcp_sendmsg_locked without transmissions): fill
+        the tail skb, then open skbs of ``size_goal`` while sk_stream_memory_free()."""
+        room = self.tail_room(size_goal)
+        q = self.wmem_queued + room
+        if q < sndbuf:
+            per = size_goal + SKB_TRUESIZE_OVERHEAD
+            room += -(-(sndbuf - q) // per) * size_goal
+        return room
+
+    def mark_sent(self, upto: int, chunk: int) -> None:
+        """New data up to ``upto`` was transmitted, in bursts of at most ``chunk`` bytes per
+        skb (the TSO size): split each skb where a burst ends inside it (tso_fragment)."""
+        upto = min(upto, self.end)
+        pos = max(self._sent, self.start)
+        if upto <= pos:
+            return
+        self._sent = upto
+        skb = self._skb
+        i = bisect_right(skb, pos, self._skb_head) - 1
+        if i < self._skb_head:
+            return
+        if skb[i] != pos:
+            i += 1
+            skb.insert(i, pos)
+        chunk = max(chunk, 1)
+        while pos < upto:
+            e = skb[i + 1] if i + 1 < len(skb) else self.end
+            cut = min(e, upto, pos + chunk)
+            if cut < e:
+                skb.insert(i + 1, cut)
+            i += 1
+            pos = cut
+
+    def split(self, off: int) -> None:
+        """Cut the sent skb holding ``off`` there (tcp_fragment on a partial retransmission)."""
+        if self.start < off < min(self._sent, self.end):
+            i = bisect_right(self._skb, off, self._skb_head) - 1
+            if i >= self._skb_head and self._skb[i] != off:
+                insort(self._skb, off, self._skb_head)
+
+    # -------------------------------------------------------------------- bytes
+
+    def append(self, data: Buffer, new_skb: bool = False) -> None:
+        """Keep ``data`` by reference; the caller hands over an immutable buffer.
+
+        The bytes extend the last skb unless ``new_skb`` or that skb was already sent."""
         n = len(data)
         if not n:
             return
+        if new_skb or len(self._skb) == self._skb_head or self._skb[-1] < self._sent:
+            self._skb.append(self.end)
         self._offs.append(self.end)
         self._bufs.append(data if isinstance(data, memoryview) else memoryview(data))
         self.end += n
@@ -98,6 +186,22 @@ class SendBuffer:
             del offs[:head]
             del bufs[:head]
             self._head = 0
+        # Free the skbs the ACK covers entirely; a partly acknowledged one is trimmed
+        # (tcp_trim_head), which only its byte count shows.
+        skb = self._skb
+        sh = self._skb_head
+        if upto >= self.end:
+            skb.clear()
+            sh = 0
+        else:
+            while sh + 1 < len(skb) and skb[sh + 1] <= upto:
+                sh += 1
+            if sh > 64 and sh * 2 > len(skb):
+                del skb[:sh]
+                sh = 0
+        self._skb_head = sh
+        if self._sent < upto:
+            self._sent = upto
 
 
 class RecvBuffer:

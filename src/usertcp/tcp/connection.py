@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 INF = float("inf")
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 MAX_WINDOW = 65535
+GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
+MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
+SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
+SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
 
 
 class State(IntEnum):
@@ -137,7 +141,10 @@ class Connection:
         self.snd_wl2 = 0
         self.fin_queued = False        # FIN to send after the data
         self.snd_buf = SendBuffer(stack.mem)
-        self.sndbuf_limit = max(cfg.wmem[1], 262144)
+        self.sndbuf_limit = cfg.wmem[1]    # sk_sndbuf: bound on snd_buf.wmem_queued (skb truesize)
+        self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
+        self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
+        self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
         self.rtx: deque[SentSegment] = deque()
         self.sacked_bytes = 0
         self.lost_bytes = 0
@@ -217,6 +224,8 @@ class Connection:
         self.more_pending = False      # inside a send(MSG_MORE): hold its partial segment
         self.push_end = 0              # stream end of the last write without MSG_MORE (PSH mark)
         self._force_push = False       # one push overriding cork/MSG_MORE (TCP_NODELAY set, uncork)
+        self._mid_write = False        # a push inside send(): more of the same write follows
+        self._xmit_budget = -1         # bytes of new data this output may send (-1: no limit)
         self.keepalive = False
         self.keepalive_time = cfg.keepalive_time
         self.keepalive_intvl = cfg.keepalive_intvl
@@ -323,7 +332,82 @@ class Connection:
 
     @property
     def send_space(self) -> int:
-        return max(self.sndbuf_limit - len(self.snd_buf), 0)
+        """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
+        return min(self.snd_buf.room(self._size_goal(), self.sndbuf_limit), self.stack.mem.room())
+
+    @property
+    def memory_free(self) -> bool:
+        """Linux sk_stream_memory_free(): a write may open a new skb."""
+        return self.snd_buf.wmem_queued < self.sndbuf_limit
+
+    @property
+    def writable(self) -> bool:
+        """Linux __sk_stream_is_writeable(): POLLOUT, and when a sleeping writer is woken
+        (sk_stream_write_space): the free space is at least half of what is queued."""
+        q = self.snd_buf.wmem_queued
+        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1
+
+    def write_space(self) -> None:
+        """Linux sk_stream_write_space(): wake a writer short of send buffer (SOCK_NOSPACE)
+        once the socket is writable again."""
+        if self.sock_nospace and self.writable:
+            self.sock_nospace = False
+            self.sk_wakeups += 1
+
+    def _check_space(self) -> None:
+        """Linux tcp_check_space()/tcp_new_space(), after an ACK was processed: with a writer
+        waiting, grow an unlocked send buffer to the congestion window, then wake it."""
+        if not self.sock_nospace:
+            return
+        mem = self.stack.mem
+        if (not self.sndbuf_locked and self.in_flight < self.cc.cwnd
+                and not (mem.limit and mem.used >= mem.limit)):
+            self._sndbuf_expand()       # tcp_should_expand_sndbuf()
+        self.write_space()
+
+    def _sndbuf_expand(self) -> None:
+        """Linux tcp_sndbuf_expand(): room for two windows of worst-case skbs (one per MSS,
+        power-of-two heads) of max(IW10, cwnd, reordering + 1) segments, up to tcp_wmem[2]."""
+        per_mss = max(self.peer_mss, self.mss) + MAX_TCP_HEADER + SKB_SHINFO_SIZE
+        per_mss = (1 << (per_mss - 1).bit_length()) + SK_BUFF_SIZE
+        nr_segs = max(10, self.cc.cwnd // max(self.mss, 1), self.reordering + 1)
+        sndmem = 2 * nr_segs * per_mss
+        if self.sndbuf_limit < sndmem:
+            self.sndbuf_limit = min(sndmem, self.config.wmem[2])
+
+    def _size_goal(self) -> int:
+        """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
+        bounded by half the peer's largest window (tcp_bound_to_half_wnd); one MSS without
+        GSO (TCP-MD5 turns it off)."""
+        mss = self.mss
+        if self.md5_key is not None:
+            return mss
+        goal = GSO_MAX_SIZE
+        cutoff = self.max_snd_wnd >> 1 if self.max_snd_wnd > 536 else self.max_snd_wnd
+        if cutoff and goal > cutoff:
+            goal = max(cutoff, 68 - 20 - (12 if self.ts_ok else 0))   # 68 - tcp_header_len
+        return max(goal // mss * mss, mss)
+
+    def _tso_bytes(self) -> int:
+        """Linux tcp_tso_segs()/tcp_tso_autosize(): the largest burst one skb leaves in,
+        about 1 ms of the pacing rate but at least tcp_min_tso_segs segments."""
+        mss = self.mss
+        if self.md5_key is not None:
+            return mss
+        srtt = self.rtt.srtt
+        cwnd = self.cc.cwnd
+        if not srtt:
+            size = GSO_MAX_SIZE                 # sk_pacing_rate starts unlimited
+        else:
+            # tcp_update_pacing_rate(): 200% of cwnd/srtt in slow start, 120% after.
+            ratio = 2.0 if cwnd < self.cc.ssthresh // 2 else 1.2
+            rate = ratio * max(cwnd, self.snd_nxt - self.snd_una) / srtt
+            size = int(rate) >> 10              # sk_pacing_shift
+            r = int((self.rtt.min_rtt or srtt) * 1e6) >> 9    # tcp_tso_rtt_log
+            if r < 32:
+                size += GSO_MAX_SIZE >> r
+            size = min(size, GSO_MAX_SIZE)
+        return max(size // mss, self.config.min_tso_segs, 1) * mss
 
     @property
     def is_synchronized(self) -> bool:
@@ -341,8 +425,11 @@ class Connection:
             self.mib["TcpCurrEstab"] += 1
         elif was and not now_in:
             self.mib["TcpCurrEstab"] -= 1
+        self.sk_wakeups += 1             # sk_state_change() wakes every sleeper
         if state is State.ESTABLISHED and old in (State.SYN_SENT, State.SYN_RECEIVED):
             self.mib["TcpActiveOpens" if not self.passive else "TcpPassiveOpens"] += 1
+            if not self.sndbuf_locked:
+                self._sndbuf_expand()    # tcp_init_buffer_space()
             self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
         if state is State.CLOSED and old in (State.SYN_SENT, State.SYN_RECEIVED):
             self.mib["TcpAttemptFails"] += 1
@@ -560,23 +647,55 @@ class Connection:
     # ----------------------------------------------------------- user commands
 
     def send(self, data: Buffer, now: float, *, more: bool = False) -> int:
-        """Queue up to ``send_space`` bytes of ``data``; returns how many were taken."""
+        """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
+        how many bytes were taken, 0 when a new skb is needed and none may be opened."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        n = min(len(data), self.send_space, self.stack.mem.room())
-        if n <= 0:
-            if self.stack.mem.limit and not self.stack.mem.room():
+        buf = self.snd_buf
+        total = len(data)
+        mem = self.stack.mem
+        view = data if isinstance(data, memoryview) else memoryview(data)
+        owned = isinstance(data, bytes)
+        goal = self._size_goal()
+        copied = 0
+        while copied < total:
+            copy = buf.tail_room(goal)
+            new_skb = copy <= 0
+            if new_skb:
+                if not self.memory_free:
+                    self.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
+                    break
+                copy = goal
+            copy = min(copy, total - copied, mem.room())
+            if copy <= 0:
                 self.mib["UsertcpSendMemLimited"] += 1
+                break
+            if owned:
+                chunk: Buffer = data if copy == total else view[copied:copied + copy]
+            else:
+                chunk = bytes(view[copied:copied + copy])   # the caller may reuse a mutable buffer
+            buf.append(chunk, new_skb=new_skb)
+            copied += copy
+            if copied < total and self.is_synchronized and buf.tail_room(goal) == 0:
+                # A full skb with more to copy: forced_push() marks PSH and pushes every
+                # half max window, else tcp_push_one() sends it when it is the send head.
+                forced = buf.end - self.push_end > self.max_snd_wnd >> 1
+                if forced:
+                    self.push_end = buf.end
+                if forced or buf.tail_is_send_head():
+                    self._mid_write = True
+                    self.more_pending = more
+                    self._xmit_budget = -1 if forced else self._tso_bytes()
+                    self.output(now)
+                    self._xmit_budget = -1
+                    self._mid_write = self.more_pending = False
+                    goal = self._size_goal()
+        if copied <= 0:
             return 0
-        if isinstance(data, bytes):
-            chunk: Buffer = data if n == len(data) else memoryview(data)[:n]
-        else:
-            chunk = bytes(memoryview(data)[:n])   # the caller may reuse a mutable buffer
-        self.snd_buf.append(chunk)
         if not more:
-            self.push_end = self.snd_buf.end
+            self.push_end = buf.end
         if self.is_synchronized:
             # MSG_MORE holds a partial segment for this call's push only (Linux tcp_push with
             # TCP_NAGLE_CORK); a later ACK-clocked transmission sends it as Nagle allows.
@@ -584,7 +703,7 @@ class Connection:
             self.output(now)
             self.more_pending = False
             self._schedule()      # the stack must learn the retransmission deadline
-        return n
+        return copied
 
     def queue_views(self, views: Sequence[Buffer]) -> int:
         """Append immutable buffers by reference without transmitting (the caller's event ends
@@ -775,6 +894,7 @@ class Connection:
             self._synchronized_arrives(seg, now)
         if self.state is not State.CLOSED:
             self.output(now)
+            self._check_space()
         self._schedule()
 
     def _syn_sent_arrives(self, seg: Segment, now: float) -> None:
@@ -1519,6 +1639,8 @@ class Connection:
                 self._schedule_ack(now, immediate=True)
             elif plen or immediate:
                 self._schedule_ack(now, immediate=immediate, length=plen)
+            if fin or plen:
+                self.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
             if self.on_readable is not None and (fin or self.rcv_buf.size):
                 self.on_readable(self)
         else:
@@ -1585,7 +1707,10 @@ class Connection:
         if self.lost_bytes:
             sent = self._send_retransmissions(now)
         if self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0):
-            sent = self._send_new_data(now) or sent
+            if self._send_new_data(now):
+                sent = True
+                # Where a burst stopped inside an skb, Linux split it (tso_fragment).
+                self.snd_buf.mark_sent(self.snd_max - 1, self._tso_bytes())
         self._force_push = False
         if self._ack_now_flag:
             self._ack_now_flag = False
@@ -1631,6 +1756,9 @@ class Connection:
             self.rtx.insert(index + 1, tail)
         dlen = r.end - r.start - (1 if r.fin else 0)
         payload = self.snd_buf.views(r.start - 1, dlen) if dlen else []
+        # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment).
+        self.snd_buf.split(r.start - 1)
+        self.snd_buf.split(r.start - 1 + dlen)
         flags = ACK
         if r.fin:
             flags |= FIN
@@ -1659,6 +1787,7 @@ class Connection:
         sent = False
         mss = self.mss
         data_end = self.snd_buf.end + 1          # offset just past the last queued byte
+        budget = self._xmit_budget               # tcp_push_one(): one skb's burst at most
         while True:
             nxt = self.snd_nxt
             avail = data_end - nxt
@@ -1680,6 +1809,10 @@ class Connection:
             if self.stack.gso_max_size > mss and self.md5_key is None:
                 limit = max(self.stack.gso_max_size // mss, 1) * mss
             size = min(avail, limit, wnd_room, cwnd_room)
+            if budget >= 0:
+                if budget == 0:
+                    break
+                size = min(size, budget)
             if size < mss and size < avail:
                 # Window-limited to a small segment: only if it is half the max window (SWS).
                 if size < self.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
@@ -1687,7 +1820,7 @@ class Connection:
                         break
             if size < mss and size == avail and not self._force_push:
                 # A partial segment of all remaining data: Nagle/cork decide (RFC 896, Linux).
-                if self._cork or self.more_pending:
+                if self._cork or self.more_pending or self._mid_write:
                     break
                 if not self._nodelay and self.snd_sml > self.snd_una and self.snd_nxt > self.snd_una:
                     break
@@ -1697,10 +1830,13 @@ class Connection:
             rest = avail - size
             room_after = min(wnd_room, cwnd_room) - size
             # Limited transmit (a dupack let one segment out, RFC 3042) sends no PSH in Linux.
+            # Inside a write the burst ends only where the windows stop it.
             burst_end = self.ca_state == CA_OPEN and not self.more_pending \
-                and (rest <= 0 or room_after < min(mss, rest))
+                and (room_after < mss if self._mid_write else rest <= 0 or room_after < min(mss, rest))
             self._emit_new(now, nxt, size, fin=fin, push=burst_end)
             sent = True
+            if budget > 0:
+                budget -= size
             if size < mss:
                 self.snd_sml = nxt + size
         return sent
@@ -1710,7 +1846,7 @@ class Connection:
         payload = self.snd_buf.views(off - 1, size) if size else []
         flags = ACK
         end_data = off - 1 + size
-        if size and (force_psh or (push and end_data <= self.push_end)
+        if size and (force_psh or (push and (self._mid_write or end_data <= self.push_end))
                      or (end_data >= self.push_end > off - 1)):
             # Linux pushes at the end of a write without MSG_MORE, and where a burst of such
             # data ends; bytes written with MSG_MORE beyond that point never carry PSH.
@@ -1783,6 +1919,7 @@ class Connection:
                        app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss and not self.unsent_bytes)
         if self.state is not State.CLOSED:
             self.output(now)
+            self._check_space()
         self._schedule()
 
     def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float) -> None:
@@ -1806,6 +1943,7 @@ class Connection:
         self.rcv_nxt = seg_off + plen
         self.bytes_received += plen
         self._schedule_ack(now, length=plen)
+        self.sk_wakeups += 1             # sk_data_ready()
         if self.on_readable is not None:
             self.on_readable(self)
         # output() has work only for these conditions; otherwise it would change nothing.

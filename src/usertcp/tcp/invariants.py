@@ -25,6 +25,7 @@ The rules (offsets as in Connection: the SYN is offset 0, data byte k is offset 
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.connection import INF, SYNCHRONIZED, Connection, State
@@ -60,6 +61,11 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
         _fail("snd-max-beyond-data", c, f"snd_max={c.snd_max} data end={buf.end}")
     if buf.start > max(c.snd_una - 1, 0):
         _fail("snd-buf-released-unacked", c, f"buffer start={buf.start} snd_una={c.snd_una}")
+    # The skb layout behind sk_wmem_queued: ascending starts that cover the queued bytes.
+    skbs = buf.skb_starts()
+    if (bool(skbs) != bool(len(buf)) or any(a >= b for a, b in pairwise(skbs))
+            or (skbs and not (skbs[0] <= buf.start and skbs[-1] < buf.end))):
+        _fail("snd-skb-layout", c, f"skbs from {skbs[:4]}... over [{buf.start},{buf.end})")
     if st in SYNCHRONIZED and c.snd_una < 1:
         _fail("syn-unacked", c, "synchronized with the SYN not acknowledged")
     if (st is State.SYN_SENT or st is State.SYN_RECEIVED) and c.snd_una != 0:
