@@ -30,8 +30,6 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 # in "@ipv4" / "@ipv6" (the script behaves differently over the two families).
 # Core discrepancies (expected Linux behaviour vs ours) -- the lead's bug list:
 KNOWN: dict[str, tuple[str, int | None, str]] = {
-    'gtests/net/tcp/blocking/blocking-write.pkt':
-        ('failed', 24, 'timing error: expected system call return at 0.500000 sec bu'),
     'gtests/net/tcp/fast_retransmit/fr-4pkt-fack-last-mss.pkt':
         ('failed', 27, 'timing error: expected outbound packet at 0.240000 sec but i'),
     'gtests/net/tcp/fastopen/server/client-ack-dropped-then-recovery-ms-timestamps.pkt':
