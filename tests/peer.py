@@ -10,7 +10,8 @@ The stack under test owns ``LOCAL`` (192.168.0.1); the scripted peer is ``REMOTE
 
 Before the stack has sent a SYN, ``local_isn`` is 0, so values are absolute on that side
 (useful for resets to an unknown port). Flags are strings: ``S`` SYN, ``F`` FIN, ``R`` RST,
-``P`` PSH, ``U`` URG and ``.`` ACK (``"S."`` is a SYN-ACK, ``"R."`` RST|ACK).
+``P`` PSH, ``U`` URG, ``E`` ECE, ``W`` CWR and ``.`` ACK (``"S."`` is a SYN-ACK, ``"R."``
+RST|ACK).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.stack import Listener, Stack
 from usertcp.wire.packet import build_packet, parse_packet
-from usertcp.wire.segment import ACK, FIN, PSH, RST, SYN, URG, Segment
+from usertcp.wire.segment import ACK, CWR, ECE, FIN, PSH, RST, SYN, URG, Segment
 from usertcp.wire.tcp import encode_options
 
 LOCAL = "192.168.0.1"
@@ -35,7 +36,7 @@ SYN_OPTIONS = encode_options(mss=1460)
 ISN_SECRET = bytes(range(16))
 TS_SECRET = bytes(range(16, 32))
 
-_FLAG_CHARS = {"S": SYN, "F": FIN, "R": RST, "P": PSH, "U": URG, ".": ACK}
+_FLAG_CHARS = {"S": SYN, "F": FIN, "R": RST, "P": PSH, "U": URG, "E": ECE, "W": CWR, ".": ACK}
 
 
 def parse_flags(text: str) -> int:
@@ -79,8 +80,9 @@ class ScriptedPeer:
 
     def send(self, flags: str = "S", seq: int = 0, ack: int | None = None, *, win: int = 65535,
              options: bytes | None = None, payload: bytes = b"", sport: int | None = None,
-             dport: int | None = None) -> None:
-        """Inject one segment from the peer (relative seq/ack, see the module docstring)."""
+             dport: int | None = None, tos: int = 0) -> None:
+        """Inject one segment from the peer (relative seq/ack, see the module docstring);
+        ``tos`` is the IP TOS byte, ECN field included."""
         bits = parse_flags(flags)
         if options is None:
             options = SYN_OPTIONS if bits & SYN else b""
@@ -88,7 +90,7 @@ class ScriptedPeer:
         pkt = build_packet(src=REMOTE_IP, dst=LOCAL_IP, sport=self.peer_port if sport is None else sport,
                            dport=self.local_port if dport is None else dport,
                            seq=(self.peer_isn + seq) & MASK, ack=wire_ack, flags=bits, window=win,
-                           options=options, payload=[payload] if payload else [])
+                           options=options, payload=[payload] if payload else [], tos=tos)
         self.inject(pkt.tobytes())
 
     def inject(self, data: bytes, *, checksum_verified: bool = False) -> None:

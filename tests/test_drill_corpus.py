@@ -36,8 +36,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 33, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/fastopen/server/icmp-baseline.pkt@ipv6':
         ('failed', 20, 'timed out waiting for outbound packet: expected > R 1:1(0) ('),
-    'gtests/net/tcp/fastopen/server/pure-syn-data.pkt':
-        ('skipped', 55, 'sysctl net.ipv4.tcp_ecn=2 not modelled (only the Linux defau'),
     'gtests/net/tcp/nagle/https_client.pkt':
         ('failed', 32, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/sack/sack-route-refresh-ip-tos.pkt':
@@ -96,8 +94,6 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="the corpus is not yet at the issue's bar (see KNOWN); "
-                                        "remove this mark when it passes")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)
     passed = sum(r.status == "passed" for r in results.values())

@@ -348,3 +348,70 @@ def test_cli_json(tmp_path: Path) -> None:
     entry = doc["scripts"][0]
     assert entry["status"] == "failed" and entry["line"] == 9 and entry["path"].endswith("a.pkt")
     assert {"path", "status", "line", "reason"} <= set(entry)
+
+
+# ----------------------------------------------------------------------------- ECN and numbering
+
+ECN_HANDSHAKE = """`sysctl -q net.ipv4.tcp_ecn=2`
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
+   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 1) = 0
+   +0 < SEW 0:0(0) win 32792 <mss 1000,sackOK,nop,nop,nop,wscale 7>
+   +0 > [noecn] SE. 0:0(0) ack 1 <mss 1460,nop,nop,sackOK,nop,wscale 8>
+  +.1 < . 1:1(0) ack 1 win 257
+   +0 accept(3, ..., ...) = 4
+   +0 %{ assert tcpi_options & 8 == 8, tcpi_options }%
+"""
+
+
+def test_ecn_receiver_echo_in_script_form() -> None:
+    """[ect0]/[ce]/[noecn]/[ect01] on packets, ECE until the peer's CWR (RFC 3168 §6.1.3)."""
+    text = ECN_HANDSHAKE + """   +0 write(4, ..., 1000) = 1000
+   +0 > [ect0] P. 1:1001(1000) ack 1
+  +.1 < [ce] P. 1:101(100) ack 1001 win 257
+   +0 > [noecn] E. 1001:1001(0) ack 101
+   +0 write(4, ..., 1000) = 1000
+   +0 > [ect01] PE. 1001:2001(1000) ack 101
+  +.1 < [ect0] PW. 101:201(100) ack 2001 win 257
+   +0 > [noecn] . 2001:2001(0) ack 201
+"""
+    assert_passed(run(text))
+    res = run(ECN_HANDSHAKE + "   +0 write(4, ..., 10) = 10\n   +0 > [noecn] P. 1:11(10) ack 1\n")
+    assert res.status == "failed" and "ECN field (expected noecn, actual 2)" in res.reason
+
+
+def test_ecn_sender_reduction_in_script_form() -> None:
+    text = ECN_HANDSHAKE + """   +0 write(4, ..., 3000) = 3000
+   +0 > [ect0] . 1:2001(2000) ack 1
+   +0 > [ect0] P. 2001:3001(1000) ack 1
+  +.1 < E. 1:1(0) ack 1001 win 257
+   +0 %{ assert tcpi_ca_state == 2, tcpi_ca_state }%
+   +0 write(4, ..., 1000) = 1000
+   +0 > [ect0] PW. 3001:4001(1000) ack 1
+"""
+    assert_passed(run(text))
+
+
+def test_ecn_off_in_the_profile_and_accecn_not_modelled() -> None:
+    res = run(ECN_HANDSHAKE.replace("tcp_ecn=2", "tcp_ecn=0"))
+    assert res.status == "failed" and res.line == 7            # plain S. without ECE
+    res = run(ECN_HANDSHAKE.replace("tcp_ecn=2", "tcp_ecn=3"))
+    assert res.status == "skipped" and "tcp_ecn=3 not modelled" in res.reason
+
+
+def test_non_syn_numbers_are_relative_to_the_live_isn() -> None:
+    """packetdrill local_seq_script_to_live_offset: the ISN a script writes on its SYN-ACK
+    maps only SYN segments; every other segment counts from the live ISN as 0."""
+    text = HANDSHAKE.replace("> S. 0:0(0) ack 1", "> S. 1234:1234(0) ack 1")
+    assert_passed(run(text + "   +0 write(4, ..., 10) = 10\n   +0 > P. 1:11(10) ack 1\n"))
+
+
+def test_script_fd_of_an_open_socket_is_reused() -> None:
+    """packetdrill maps script fds to live fds: a new socket may take a script fd whose
+    socket is still open (the older one stays open, shadowed), and bind honours its
+    inherited SO_REUSEADDR."""
+    again = HANDSHAKE.replace("    0 socket", "   +0 socket").replace("+.1 <", "+0 <")
+    text = HANDSHAKE + "   +0 close(3) = 0\n" + again + "   +0 write(4, ..., 10) = 10\n" \
+        + "   +0 > P. 1:11(10) ack 1\n"
+    assert_passed(run(text))

@@ -197,13 +197,19 @@ class _Flow:
     def key(self) -> tuple[int, bytes, int]:
         return (self.local_port, self.remote_ip, self.remote_port)
 
-    def local_offset(self) -> int:
-        """live = script + offset, for our (local) sequence space."""
+    def local_offset(self, syn: bool) -> int:
+        """live = script + offset, for our (local) sequence space.
+
+        packetdrill's local_seq_script_to_live_offset: only SYN segments map the script's own
+        ISN (the seq of its ``> S``/``> S.`` line) onto the live one; every other segment's
+        numbers are relative to the live ISN, whatever ISN the script wrote.
+        """
+        script = self.script_local_isn if syn else 0
         if self.live_local_isn is None:
             if self.conn is not None:
-                return (self.conn.iss - self.script_local_isn) & 0xFFFFFFFF
+                return (self.conn.iss - script) & 0xFFFFFFFF
             return 0
-        return (self.live_local_isn - self.script_local_isn) & 0xFFFFFFFF
+        return (self.live_local_isn - script) & 0xFFFFFFFF
 
     def remote_offset(self, syn: bool) -> int:
         """live = script + offset, for the peer's sequence space (literal in SYN segments)."""
@@ -544,7 +550,7 @@ class _Runner:
         flags = _flag_bits(ev.flags)
         sport = ev.src_port if ev.src_port is not None else flow.remote_port
         dport = ev.dst_port if ev.dst_port is not None else flow.local_port
-        off = flow.local_offset()
+        off = flow.local_offset(bool(flags & SYN))
         ack = ((ev.ack or 0) + off) & 0xFFFFFFFF if flags & ACK else (ev.ack or 0)
         opts, md5_at = self._encode_options(ev, flow, inbound=True, ack_flag=bool(flags & ACK))
         payload = ev.payload if ev.payload is not None else bytes(ev.seq_len)
@@ -592,7 +598,8 @@ class _Runner:
         if (v6 and mtu and icmp_type != wire_icmp.ICMPV6_PKT_TOOBIG) or (not v6 and mtu and (
             icmp_type, code) != (wire_icmp.ICMP_DEST_UNREACH, wire_icmp.ICMP_FRAG_NEEDED)):
             raise _Fail(ev.line, "ICMP mtu is only valid for unreachable frag_needed / packet_too_big")
-        seq = (info.echoed_seq_start + flow.local_offset()) & 0xFFFFFFFF
+        # packetdrill cannot see the quoted segment's flags and assumes it is no SYN.
+        seq = (info.echoed_seq_start + flow.local_offset(False)) & 0xFFFFFFFF
         pkt = wire_icmp.build_icmp_error(
             src=flow.remote_ip, dst=flow.local_ip, icmp_type=icmp_type, code=code, info=mtu,
             quoted_src=flow.local_ip, quoted_dst=flow.remote_ip, sport=flow.local_port,
@@ -613,7 +620,7 @@ class _Runner:
         """Option bytes of a script line (inbound: mapped to live values) and the md5 digest offset."""
         out = bytearray()
         md5_at = None
-        off = flow.local_offset() if inbound else flow.remote_offset("S" in ev.flags)
+        off = flow.local_offset("S" in ev.flags) if inbound else flow.remote_offset("S" in ev.flags)
         for opt in ev.options or []:
             name = opt.name
             if name == "nop":
@@ -737,7 +744,7 @@ class _Runner:
         if first.flags & SYN and flow.live_local_isn is None:
             flow.live_local_isn = first.seq
             flow.script_local_isn = ev.seq_start
-        off = flow.local_offset()
+        off = flow.local_offset(bool(first.flags & SYN))
         seq = (first.seq - off) & 0xFFFFFFFF
         flags = last.flags | (ECE & first.flags) if len(segs) > 1 else first.flags
         payload = b"".join(bytes(s.payload) for _, s in segs)
@@ -776,6 +783,9 @@ class _Runner:
         if ev.ip is not None:
             if ev.ip.ecn is not None and ev.ip.ecn in _ECN_BITS and last.tos & 3 != _ECN_BITS[ev.ip.ecn]:
                 problems.append(f"ECN field (expected {ev.ip.ecn}, actual {last.tos & 3})")
+            if ev.ip.ecn == "ect01" and last.tos & 3 not in (1, 2):
+                # packetdrill TOS_CHECK_ECN_ECT01: an outbound packet may carry either ECT.
+                problems.append(f"ECN field (expected ect0 or ect1, actual {last.tos & 3})")
             if ev.ip.tos is not None and last.tos != ev.ip.tos:
                 problems.append(f"tos (expected {ev.ip.tos:#x}, actual {last.tos:#x})")
             if ev.ip.ttl is not None and last.ttl != ev.ip.ttl:
@@ -1058,8 +1068,6 @@ def prescan(script: Script) -> tuple[int | None, str] | None:
             for tcp_opt in ev.options or []:
                 if not tcp_opt.supported:
                     return ev.line, f"TCP option {tcp_opt.raw or tcp_opt.name} not emulated"
-            if ev.ip is not None and ev.ip.ecn == "ect01":
-                return ev.line, "[ect01] not emulated"
         elif isinstance(ev, SyscallEvent):
             if ev.name not in SUPPORTED_SYSCALLS:
                 return ev.line, f"system call {ev.name}() not emulated"

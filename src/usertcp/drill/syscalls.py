@@ -220,6 +220,9 @@ class Syscalls:
         self.fds: dict[int, Sock] = {}
         self.last_sock: Sock | None = None
         self.fd_hint: int | None = None  # packetdrill: the script's expected result names the new fd
+        # Sockets whose script fd a newer socket took (packetdrill maps script fds to live fds
+        # and finds the newest first): still open, no longer reachable from the script.
+        self.shadowed: list[Sock] = []
 
     # The stack the host runs; looked up each time (it is created after the init command).
     @property
@@ -241,7 +244,10 @@ class Syscalls:
 
     def _new_fd(self) -> int:
         hint, self.fd_hint = self.fd_hint, None
-        if hint is not None and hint >= 0 and hint not in self.fds:
+        if hint is not None and hint >= 0:
+            old = self.fds.pop(hint, None)
+            if old is not None:
+                self.shadowed.append(old)
             return hint
         fd = 3
         while fd in self.fds:
@@ -271,7 +277,7 @@ class Syscalls:
         if sock.bound is not None:
             raise SysError(errno.EINVAL)
         _fam, ip, port = _sockaddr(args[1], self.host.local_ip, self.host.bind_port)
-        for other in self.fds.values():
+        for other in [*self.fds.values(), *self.shadowed]:
             if (
                 other is not sock
                 and other.bound
@@ -325,6 +331,7 @@ class Syscalls:
                     self._new_fd(),
                     sock.family,
                     bound=sock.bound,
+                    reuseaddr=sock.reuseaddr,   # Linux sk_clone_lock copies sk_reuse
                     conn=conn,
                     opts=dict(sock.opts),
                     sndbuf=sock.sndbuf,

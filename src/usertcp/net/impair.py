@@ -9,7 +9,10 @@ surface, so it impairs both directions with nothing from the kernel:
 * inbound (kernel -> usertcp): a packet read from the device is dropped, or held back
   and handed to the stack ``delay`` seconds later (packets read meanwhile overtake it);
 * outbound (usertcp -> kernel): a packet the stack queued is dropped, or held back and
-  written ``delay`` seconds later.
+  written ``delay`` seconds later;
+* either way, an ECN-capable packet that is delivered gets CE set with probability ``ce``
+  (what an ECN-marking AQM on the path would do, RFC 3168 §5; from its own random source,
+  so it does not change the drop pattern).
 
 Each direction has its own ``random.Random`` seeded from ``seed``, so the pattern of
 drops of one direction depends only on the index of the packet in that direction.
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from usertcp.net.endpoint import Endpoint
+from usertcp.net.memnet import ce_mark
 from usertcp.wire.segment import Buffer, TxPacket
 
 __all__ = ["ImpairConfig", "ImpairedEndpoint", "parse_impair"]
@@ -38,6 +42,7 @@ class ImpairConfig:
     loss: float = 0.0          # probability a packet is dropped
     reorder: float = 0.0       # probability a (not dropped) packet is held back by ``delay``
     delay: float = 0.002       # how long a reordered packet is held (seconds)
+    ce: float = 0.0            # probability a delivered ECT packet is marked CE
     seed: int = 1
     inbound: bool = True       # impair kernel -> usertcp
     outbound: bool = True      # impair usertcp -> kernel
@@ -47,6 +52,8 @@ class ImpairConfig:
             v = getattr(self, name)
             if not 0.0 <= v < 1.0:
                 raise ValueError(f"impair {name} must be in [0, 1), got {v}")
+        if not 0.0 <= self.ce <= 1.0:
+            raise ValueError(f"impair ce must be in [0, 1], got {self.ce}")
         if self.loss + self.reorder >= 1.0:
             raise ValueError("impair loss + reorder must be < 1")
         if self.delay < 0:
@@ -54,17 +61,17 @@ class ImpairConfig:
 
     @property
     def active(self) -> bool:
-        return (self.loss > 0 or self.reorder > 0) and (self.inbound or self.outbound)
+        return (self.loss > 0 or self.reorder > 0 or self.ce > 0) and (self.inbound or self.outbound)
 
 
 def parse_impair(text: str) -> ImpairConfig:
-    """``loss=0.01,reorder=0.01,delay=0.002,seed=1,dir=both|in|out`` (every key optional)."""
+    """``loss=0.01,reorder=0.01,delay=0.002,ce=0.01,seed=1,dir=both|in|out`` (every key optional)."""
     kw: dict[str, float | int | bool] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"impair: expected KEY=VALUE, got {item!r}")
-        if key in ("loss", "reorder", "delay"):
+        if key in ("loss", "reorder", "delay", "ce"):
             kw[key] = float(value)
         elif key == "seed":
             kw[key] = int(value)
@@ -74,7 +81,7 @@ def parse_impair(text: str) -> ImpairConfig:
             kw["inbound"] = value in ("both", "in")
             kw["outbound"] = value in ("both", "out")
         else:
-            raise ValueError(f"impair: unknown key {key!r} (loss, reorder, delay, seed, dir)")
+            raise ValueError(f"impair: unknown key {key!r} (loss, reorder, delay, ce, seed, dir)")
     return ImpairConfig(**kw)  # type: ignore[arg-type]
 
 
@@ -87,13 +94,14 @@ class ImpairedEndpoint:
         self.clock = clock
         self._rng_in = random.Random(f"{config.seed}-in")
         self._rng_out = random.Random(f"{config.seed}-out")
+        self._rng_ce = random.Random(f"{config.seed}-ce")
         self._seq = 0
         # (release time, tie-breaker, packet[, checksum_verified])
         self._held_in: list[tuple[float, int, Buffer, bool]] = []
         self._held_out: list[tuple[float, int, TxPacket]] = []
         self._ready_out: list[TxPacket] = []
-        self.stats = {"in_packets": 0, "in_dropped": 0, "in_reordered": 0,
-                      "out_packets": 0, "out_dropped": 0, "out_reordered": 0}
+        self.stats = {"in_packets": 0, "in_dropped": 0, "in_reordered": 0, "in_ce_marked": 0,
+                      "out_packets": 0, "out_dropped": 0, "out_reordered": 0, "out_ce_marked": 0}
 
     def snapshot(self) -> dict[str, object]:
         return {"config": asdict(self.config), **self.stats}
@@ -113,6 +121,7 @@ class ImpairedEndpoint:
                 self._seq += 1
                 heapq.heappush(self._held_in, (now + cfg.delay, self._seq, packet, checksum_verified))
                 return
+            packet = self._mark_in(packet)
         self.inner.receive(packet, now, checksum_verified=checksum_verified)
         if self._held_in and self._held_in[0][0] <= now:
             self._release_in(now)
@@ -139,7 +148,7 @@ class ImpairedEndpoint:
                 self._seq += 1
                 heapq.heappush(self._held_out, (now + cfg.delay, self._seq, pkt))
             else:
-                out.append(pkt)
+                out.append(self._mark_out(pkt))
         return out
 
     def get_timer(self) -> float | None:
@@ -164,14 +173,32 @@ class ImpairedEndpoint:
         held = self._held_in
         while held and held[0][0] <= now:
             _, _, pkt, verified = heapq.heappop(held)
-            self.inner.receive(pkt, now, checksum_verified=verified)
+            self.inner.receive(self._mark_in(pkt), now, checksum_verified=verified)
 
     def _due_out(self, now: float) -> list[TxPacket]:
         held = self._held_out
         due: list[TxPacket] = []
         while held and held[0][0] <= now:
-            due.append(heapq.heappop(held)[2])
+            due.append(self._mark_out(heapq.heappop(held)[2]))
         return due
+
+    def _mark_in(self, packet: Buffer) -> Buffer:
+        if not self.config.ce or self._rng_ce.random() >= self.config.ce:
+            return packet
+        marked = ce_mark(bytes(packet))
+        if marked is None:
+            return packet
+        self.stats["in_ce_marked"] += 1
+        return marked
+
+    def _mark_out(self, pkt: TxPacket) -> TxPacket:
+        if not self.config.ce or self._rng_ce.random() >= self.config.ce:
+            return pkt
+        header = ce_mark(bytes(pkt.header))   # ECN sits in the IP header: the payload is kept
+        if header is None:
+            return pkt
+        self.stats["out_ce_marked"] += 1
+        return TxPacket(header, pkt.payload, pkt.gso_size, pkt.csum_partial)
 
     def __getattr__(self, name: str) -> object:
         # Anything else (counters, listeners...) is the inner endpoint's.

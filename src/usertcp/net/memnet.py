@@ -7,10 +7,11 @@ from the network's own ``random.Random(seed)``, so a run is reproducible from it
 seed (as long as the endpoints themselves are deterministic).
 
 Per packet, a link direction applies, in this order: queue admission (tail drop
-beyond ``queue_limit`` when ``bandwidth_bps`` is set), serialisation behind the
-packets already queued, propagation ``delay``, then loss, duplication, corruption,
-reordering and jitter. Lost packets still used the bandwidth: they were lost on the
-wire, not in the queue.
+beyond ``queue_limit`` when ``bandwidth_bps`` is set; with ``ecn_threshold``, an
+AQM-like step marker that, from that queue length on, sets CE on ECN-capable packets
+and drops the others, RFC 3168 §5), serialisation behind the packets already queued,
+propagation ``delay``, then loss, duplication, corruption, reordering and jitter. Lost
+packets still used the bandwidth: they were lost on the wire, not in the queue.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class LinkConfig:
     jitter: float = 0.0                  # uniform extra delay in [0, jitter); keeps FIFO order
     mtu: int | None = None               # next-hop MTU: larger packets are dropped with an ICMP
                                          # "fragmentation needed" / "packet too big" to the sender
+    # AQM (needs bandwidth_bps): at this many queued packets, CE-mark ECT packets instead of
+    # dropping them, and drop non-ECT ones (RFC 3168 §5); None: plain tail drop only.
+    ecn_threshold: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("loss", "reorder", "duplicate", "corrupt"):
@@ -66,6 +70,8 @@ class LinkConfig:
             raise ValueError("queue_limit must be >= 1")
         if self.mtu is not None and self.mtu < 68:
             raise ValueError("mtu must be >= 68 (RFC 791)")
+        if self.ecn_threshold is not None and self.ecn_threshold < 1:
+            raise ValueError("ecn_threshold must be >= 1 or None")
 
     def with_(self, **changes: Any) -> LinkConfig:
         """A copy with some fields changed (``cfg.with_(loss=0.05)``)."""
@@ -80,6 +86,8 @@ class LinkStats:
     delivered: int = 0
     lost: int = 0
     queue_drops: int = 0
+    aqm_drops: int = 0                   # non-ECT packets the ECN threshold dropped
+    ce_marked: int = 0                   # ECT packets the ECN threshold marked CE
     reordered: int = 0
     duplicated: int = 0
     corrupted: int = 0
@@ -171,6 +179,15 @@ class LinkDirection:
             if len(q) >= cfg.queue_limit:
                 st.queue_drops += 1
                 return
+            thr = cfg.ecn_threshold
+            if thr is not None and len(q) >= thr:
+                marked = ce_mark(data)
+                if marked is None:
+                    st.aqm_drops += 1
+                    return
+                if marked is not data:
+                    st.ce_marked += 1
+                    data = marked
             busy = self._busy_until
             finish = (busy if busy > now else now) + len(data) * 8 / bw
             self._busy_until = finish
@@ -239,6 +256,39 @@ class LinkDirection:
 
     def __repr__(self) -> str:
         return f"LinkDirection({self.name})"
+
+
+def ce_mark(data: bytes) -> bytes | None:
+    """``data`` with the ECN field set to CE (RFC 3168 §5), or None if it is not ECN-capable.
+
+    A packet already marked CE is returned as is. IPv4's header checksum is recomputed; the
+    IPv6 traffic class is not covered by any checksum.
+    """
+    if len(data) >= 20 and data[0] >> 4 == 4:
+        ecn = data[1] & 3
+        if ecn == 0:
+            return None
+        if ecn == 3:
+            return data
+        ihl = (data[0] & 15) * 4
+        buf = bytearray(data)
+        buf[1] |= 3
+        buf[10:12] = b"\0\0"
+        total = sum(int.from_bytes(buf[i:i + 2], "big") for i in range(0, ihl, 2))
+        while total > 0xFFFF:
+            total = (total & 0xFFFF) + (total >> 16)
+        buf[10:12] = (0xFFFF - total).to_bytes(2, "big")
+        return bytes(buf)
+    if len(data) >= 40 and data[0] >> 4 == 6:
+        ecn = (data[1] >> 4) & 3          # traffic class bits 0-1 sit at bits 4-5 of byte 1
+        if ecn == 0:
+            return None
+        if ecn == 3:
+            return data
+        buf = bytearray(data)
+        buf[1] |= 0x30
+        return bytes(buf)
+    return None
 
 
 def _flip_bit(data: bytes, rng: random.Random) -> bytes:

@@ -104,6 +104,7 @@ VIRTIO_NET_HDR_F_DATA_VALID = 2
 VIRTIO_NET_HDR_GSO_NONE = 0
 VIRTIO_NET_HDR_GSO_TCPV4 = 1
 VIRTIO_NET_HDR_GSO_TCPV6 = 4
+VIRTIO_NET_HDR_GSO_ECN = 0x80   # the TCP header has CWR set: only the first segment keeps it
 
 VNET_HDR = struct.Struct("<BBHHHH")  # flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
 VNET_HDR_LEN = VNET_HDR.size  # 10
@@ -133,6 +134,10 @@ def vnet_header_for(packet: TxPacket) -> bytes:
     if packet.gso_size > 0 and payload_len > packet.gso_size:
         iph = _ip_header_len(header)
         gso_type = VIRTIO_NET_HDR_GSO_TCPV4 if header[0] >> 4 == 4 else VIRTIO_NET_HDR_GSO_TCPV6
+        if header[iph + 13] & 0x80:
+            # RFC 3168 §6.1.2 CWR on a super-segment: Linux SKB_GSO_TCP_ECN (tcp_gso_segment
+            # clears CWR on every segment but the first).
+            gso_type |= VIRTIO_NET_HDR_GSO_ECN
         # The kernel needs CHECKSUM_PARTIAL for TSO: header carries the pseudo-header sum.
         return VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, gso_type, len(header), packet.gso_size,
                              iph, _TCP_CSUM_OFFSET)

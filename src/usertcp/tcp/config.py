@@ -18,6 +18,11 @@ TFO_SERVER_WO_SOCKOPT1 = 0x400
 
 DEFAULT_TFO_KEY = bytes(16)
 
+# net.ipv4.tcp_ecn (Documentation/networking/ip-sysctl.rst): RFC 3168 ECN.
+ECN_OFF = 0            # never request, never accept
+ECN_ON = 1             # request on active opens, accept on passive ones
+ECN_PASSIVE = 2        # accept when the peer requests (Linux's default)
+
 
 @dataclass(slots=True)
 class StackConfig:
@@ -47,6 +52,8 @@ class StackConfig:
     reordering: int = 3                   # tcp_reordering: DupThresh (RFC 5681/6675)
     rack: bool = True                     # tcp_recovery bit 0: RACK loss detection (RFC 8985)
     tlp: bool = True                      # tcp_early_retrans >= 3: tail loss probes (RFC 8985 §7)
+    ecn: int = ECN_PASSIVE                # tcp_ecn: 0 off, 1 request and accept, 2 accept only
+    ecn_fallback: bool = True             # tcp_ecn_fallback: a retransmitted SYN drops ECE|CWR
     fastopen: int = TFO_CLIENT_ENABLE     # tcp_fastopen bit mask
     fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
     fastopen_backup_key: bytes | None = None
@@ -88,8 +95,7 @@ class StackConfig:
         handler = _SYSCTLS.get(key)
         if handler is None:
             return False
-        handler(self, value)
-        return True
+        return handler(self, value) is not False
 
 
 def _int(v: str) -> int:
@@ -131,6 +137,17 @@ def parse_tfo_key(text: str) -> bytes:
     return b"".join(int(w, 16).to_bytes(4, "little") for w in words)
 
 
+def _set_ecn(cfg: StackConfig, v: str) -> bool:
+    """tcp_ecn: 0-2 are RFC 3168 ECN; Linux >= 6.18 adds 3-5 (AccECN), which we do not model."""
+    n = _int(v)
+    if not 0 <= n <= 5:
+        raise ValueError(f"tcp_ecn must be 0..5, got {n}")   # Linux: EINVAL
+    if n > ECN_PASSIVE:
+        return False
+    cfg.ecn = n
+    return True
+
+
 def _set_cc(cfg: StackConfig, v: str) -> None:
     cfg.congestion_control = v
 
@@ -146,6 +163,8 @@ _SYSCTLS = {
     "tcp_syn_retries": _set_int("syn_retries"),
     "tcp_synack_retries": _set_int("synack_retries"),
     "tcp_retries2": _set_int("retries2"),
+    "tcp_ecn": _set_ecn,
+    "tcp_ecn_fallback": _set_bool("ecn_fallback"),
     "tcp_fastopen": _set_int("fastopen"),
     "tcp_fastopen_key": _set_tfo_key,
     "tcp_syncookies": _set_int("syncookies"),

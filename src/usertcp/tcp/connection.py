@@ -17,6 +17,8 @@ Rules followed (section numbers of the RFCs cited):
   (falls out of the pipe estimate, as in Linux: each dupack lets one segment leave).
 - RFC 896/Minshall (Linux's Nagle variant), RFC 9293 §3.8.6.2: silly window avoidance.
 - RFC 1122 §4.2.3.6: keepalive; RFC 9293 §3.8.6.1: zero-window probing.
+- RFC 3168: ECN, as Linux does it (``tcp_ecn`` sysctl): negotiation in the handshake, ECT(0)
+  on new data, ECE echoed from a CE mark until CWR, one cwnd reduction per window (CWR state).
 """
 
 from __future__ import annotations
@@ -29,16 +31,33 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
+from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.wire.packet import build_packet
-from usertcp.wire.segment import ACK, FIN, PSH, RST, SYN, URG, Buffer, Segment
+from usertcp.wire.segment import (
+    ACK,
+    AE,
+    CWR,
+    ECE,
+    ECN_CE,
+    ECN_ECT0,
+    ECN_NOT_ECT,
+    FIN,
+    PSH,
+    RST,
+    SYN,
+    URG,
+    Buffer,
+    Segment,
+)
 from usertcp.wire.tcp import encode_options
 
 if TYPE_CHECKING:
+    from usertcp.tcp.config import StackConfig
     from usertcp.tcp.stack import Listener, Stack
 
 INF = float("inf")
@@ -79,6 +98,32 @@ HP_MASK = 0xF0F7FFFF
 
 # Linux congestion-avoidance states for tcpi_ca_state.
 CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
+
+# Linux tp->ecn_flags (include/net/tcp.h).
+ECN_OK = 0x1           # negotiated in the handshake
+ECN_QUEUE_CWR = 0x2    # cwnd was reduced: set CWR on the next new data segment
+ECN_DEMAND_CWR = 0x4   # a CE mark arrived: set ECE on every segment until the peer's CWR
+ECN_SEEN = 0x8         # an ECT or CE segment arrived
+
+# tcpi_options bits (include/uapi/linux/tcp.h).
+TCPI_OPT_TIMESTAMPS = 1
+TCPI_OPT_SACK = 2
+TCPI_OPT_WSCALE = 4
+TCPI_OPT_ECN = 8
+TCPI_OPT_ECN_SEEN = 16
+TCPI_OPT_SYN_DATA = 32
+
+
+def ecn_syn_acceptable(seg: Segment, cfg: StackConfig) -> bool:
+    """Linux tcp_ecn_create_request(): does a SYN set up ECN for the passive side?
+
+    RFC 3168 §6.1.1: an ECN-setup SYN has ECE and CWR set; any non-zero tcp_ecn accepts it.
+    A SYN that is itself ECT-marked is refused (RFC 3168 §6.1.1: SYNs are not ECT, so a
+    marked one hints at a broken middlebox), unless a reserved bit (AccECN's AE) is set.
+    """
+    if seg.flags & (ECE | CWR) != ECE | CWR or not cfg.ecn:
+        return False
+    return seg.ecn == ECN_NOT_ECT or bool(seg.flags & AE)
 
 
 class SentSegment:
@@ -217,6 +262,7 @@ class Connection:
         self.md5_key: bytes | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys set on this socket
         self.pred_flags = 0                    # 0: header prediction off
+        self.ecn_flags = 0                     # ECN_* (Linux tp->ecn_flags)
 
         # Socket options.
         self._nodelay = False
@@ -510,10 +556,23 @@ class Connection:
             self.ack_pending = 0
             self.delack_deadline = INF
             self.dsack = None
+        tos = self.tos
+        ef = self.ecn_flags
+        if ef and not syn:
+            # Linux tcp_ecn_send(): only new data is ECT(0) (RFC 3168 §6.1.5: never pure ACKs
+            # or retransmissions), and the first of it after a reduction carries CWR; ECE
+            # goes on every segment while a CE mark waits for the peer's CWR (§6.1.3).
+            if payload and off >= self.snd_max:
+                tos |= ECN_ECT0
+                if ef & ECN_QUEUE_CWR:
+                    self.ecn_flags = ef = ef & ~ECN_QUEUE_CWR
+                    flags |= CWR
+            if ef & ECN_DEMAND_CWR and self.state is not State.TIME_WAIT:
+                flags |= ECE
         pkt = build_packet(src=self.local_ip, dst=self.remote_ip, sport=self.local_port,
                            dport=self.remote_port, seq=(self.iss + off) & SEQ_MASK, ack=ack, flags=flags,
                            window=window, options=options, payload=payload, ttl=self.config.ttl,
-                           tos=self.tos, md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
+                           tos=tos, md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
                            gso_size=gso_size)
         self.stack.output(pkt)
         self.segs_out += 1
@@ -577,6 +636,12 @@ class Connection:
         payload: list[memoryview] = []
         if self.state is State.SYN_RECEIVED:
             flags |= ACK
+            if self.ecn_flags & ECN_OK:
+                flags |= ECE         # Linux tcp_ecn_make_synack / tcp_ecn_send_synack
+        elif self.ecn_flags & ECN_OK and not (self.syn_retries and self.config.ecn_fallback):
+            # Linux tcp_ecn_send_syn; tcp_ecn_clear_syn: a retransmitted SYN goes without
+            # ECE|CWR (RFC 3168 §6.1.1.1), in case a middlebox drops ECN-setup SYNs.
+            flags |= ECE | CWR
         payload = self.stack.syn_payload(self)
         self._emit(now, 0, flags, payload, options=self._syn_options(now, bool(flags & ACK), None))
         end = 1 + sum(len(p) for p in payload)
@@ -602,6 +667,8 @@ class Connection:
         self.snd_una = 0
         self.snd_nxt = 0
         self.snd_max = 0
+        # Linux tcp_ecn_send_syn: only tcp_ecn=1 requests ECN on an active open.
+        self.ecn_flags = ECN_OK if self.config.ecn == ECN_ON else 0
         self._set_state(State.SYN_SENT, now)
         self.first_rto_time = now
         self._send_syn(now)
@@ -618,6 +685,7 @@ class Connection:
         self.iss = self.stack.new_isn(self, now)
         self.ts_offset = self.stack.ts_offset(self)
         self._negotiate(seg, now)
+        self.ecn_flags = ECN_OK if ecn_syn_acceptable(seg, self.config) else 0
         self.snd_wnd = seg.window          # RFC 7323 §2.2: the window in a SYN is not scaled
         self.max_snd_wnd = self.snd_wnd
         self.snd_wl1 = 0
@@ -916,6 +984,12 @@ class Connection:
         self.rcv_nxt = 1
         self.rcv_adv = 1 + self.syn_window
         self._negotiate(seg, now)
+        if self.ecn_flags & ECN_OK:
+            # RFC 3168 §6.1.1: a SYN-ACK sets ECN up with ECE alone (ECE|CWR is not a setup:
+            # Linux tcp_ecn_rcv_synack); a crossing SYN needs both (tcp_ecn_rcv_syn).
+            e = flags & (ECE | CWR)
+            if (flags & ACK and e != ECE) or (not flags & ACK and e != ECE | CWR):
+                self.ecn_flags = 0
         if flags & ACK:
             self._take_rtt_sample_syn(seg, now)
             self.snd_wnd = seg.window       # unscaled in a SYN-ACK (RFC 7323 §2.2)
@@ -1182,6 +1256,14 @@ class Connection:
         flags = seg.flags
         plen = len(seg.payload)
         win = seg.window << self.snd_wscale
+        # Linux tcp_ecn_rcv_ecn_echo: the peer saw a CE mark (RFC 3168 §6.1.2).
+        ece = bool(flags & ECE) and bool(self.ecn_flags & ECN_OK)
+        if flags & CWR:
+            # Linux tcp_ecn_accept_cwr (in tcp_ack, so a pure ACK's CWR counts too): the
+            # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
+            self.ecn_flags &= ~ECN_DEMAND_CWR
+            if plen:
+                self._ack_now_flag = True
 
         sack_new = False
         sacked_before = self.sacked_bytes
@@ -1217,14 +1299,20 @@ class Connection:
                         self._mark_lost(self.rtx[0])
             elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
                 self.ca_state = CA_OPEN
+            elif self.ca_state == CA_CWR and ack_off > self.recover:
+                # Linux tcp_fastretrans_alert: CWR is held until data above high_seq is acked,
+                # so the CWR flag reached the receiver.
+                self._end_cwr(now)
+            if ece:
+                self._enter_cwr(now)           # before the window grows (Linux tcp_try_to_open)
             # Without SACK, Linux counts each dupack as one segment delivered (tcp_add_reno_sack);
             # a cumulative ACK then grows cwnd only by what those did not already count.
             reno_credit = min(self.reno_dupacks * self.mss, self._acked_unsacked) if not self.sack_ok else 0
-            if self.ca_state == CA_DISORDER and not self.sack_ok:
+            if self.ca_state in (CA_DISORDER, CA_CWR) and not self.sack_ok:
                 self.reno_dupacks = 0          # new data acked: the dupack episode is over
-                if not self.lost_bytes:
+                if not self.lost_bytes and self.ca_state == CA_DISORDER:
                     self.ca_state = CA_OPEN
-            if self.ca_state != CA_RECOVERY:
+            if self.ca_state != CA_RECOVERY and self.ca_state != CA_CWR:
                 # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
                 # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
                 # held during fast recovery (RFC 6675 §5).
@@ -1240,9 +1328,10 @@ class Connection:
                 self.dupacks += 1
                 mib["UsertcpDupAcks"] += 1
                 if not self.sack_ok:
-                    if self.ca_state in (CA_OPEN, CA_DISORDER):
+                    if self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
                         self.reno_dupacks = min(self.dupacks, self._outstanding_segments())
-                        self.ca_state = CA_DISORDER
+                        if self.ca_state != CA_CWR:
+                            self.ca_state = CA_DISORDER
                         if self.dupacks >= self.config.reordering and self.rtx:
                             self._mark_lost(self.rtx[0])
                             self._enter_recovery(now)
@@ -1252,11 +1341,13 @@ class Connection:
                     self._detect_losses(now)
             elif sack_new:
                 self._detect_losses(now)
-        if self.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER) and self.lost_bytes:
+        if ece:
+            self._enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
+        if self.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
             self._enter_recovery(now)
         elif self.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
             self.ca_state = CA_DISORDER
-        if self.ca_state == CA_RECOVERY and self.sack_ok:
+        if (self.ca_state == CA_RECOVERY and self.sack_ok) or self.ca_state == CA_CWR:
             self._prr(self._acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
                       una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
         if not plen and ack_off >= prior_una and flags == ACK:
@@ -1519,20 +1610,52 @@ class Connection:
             elif (sacked_segs >= thresh or sacked_above > limit) and not r.lost and not r.retrans:
                 self._mark_lost(r)
 
-    def _enter_recovery(self, now: float) -> None:
-        """RFC 6675 §5 / RFC 6582 §3.2: fast retransmit and the start of fast recovery."""
-        if self.ca_state in (CA_RECOVERY, CA_LOSS):
-            return
-        self.mib["TcpExtTCPSackRecovery" if self.sack_ok else "TcpExtTCPRenoRecovery"] += 1
+    def _init_cwnd_reduction(self, now: float) -> None:
+        """Linux tcp_init_cwnd_reduction: start one PRR-paced reduction (RFC 6937)."""
         # RFC 6937 PRR state; Linux uses the cwnd before the reduction as RecoverFS.
         self.prior_cwnd = max(self.cc.cwnd, self.mss)
         self.prr_delivered = 0
         self.prr_out = 0
         # Linux bases ssthresh on cwnd (tcp_reno_ssthresh / bictcp_recalc_ssthresh).
         self.cc.on_congestion_event(now, self.cc.cwnd)
+        self.recover = self.snd_max          # Linux high_seq
+        self._ecn_queue_cwr()
+
+    def _ecn_queue_cwr(self) -> None:
+        """Linux tcp_ecn_queue_cwr: every reduction is announced with CWR (RFC 3168 §6.1.2)."""
+        if self.ecn_flags & ECN_OK:
+            self.ecn_flags |= ECN_QUEUE_CWR
+
+    def _enter_cwr(self, now: float) -> None:
+        """Linux tcp_enter_cwr: an ECN echo halves cwnd (by the CC's ssthresh) at most once per
+        window of data (RFC 3168 §6.1.2), in the CWR state, paced by PRR like a recovery."""
+        if self.ca_state >= CA_CWR:
+            return
+        self.mib["UsertcpECNCwndReductions"] += 1
+        self._init_cwnd_reduction(now)
+        old = self.ca_state
+        self.ca_state = CA_CWR
+        if self.stack.tracer is not None:
+            self._trace_ca(old, "ecn_echo", now)
+
+    def _end_cwr(self, now: float) -> None:
+        """Linux tcp_end_cwnd_reduction + TCP_CA_Open: cwnd settles at ssthresh."""
+        self.cc.on_recovery_exit()
+        self.ca_state = CA_OPEN
+        if self.stack.tracer is not None:
+            self._trace_ca(CA_CWR, "cwr_done", now)
+
+    def _enter_recovery(self, now: float) -> None:
+        """RFC 6675 §5 / RFC 6582 §3.2: fast retransmit and the start of fast recovery."""
+        if self.ca_state in (CA_RECOVERY, CA_LOSS):
+            return
+        self.mib["TcpExtTCPSackRecovery" if self.sack_ok else "TcpExtTCPRenoRecovery"] += 1
+        if self.ca_state != CA_CWR:
+            # Linux tcp_enter_recovery: an ECN-triggered reduction already under way is the
+            # one for this window; the loss does not reduce again.
+            self._init_cwnd_reduction(now)
         old = self.ca_state
         self.ca_state = CA_RECOVERY
-        self.recover = self.snd_max
         if self.stack.tracer is not None:
             self._trace_ca(old, "loss_detected", now)
 
@@ -1610,6 +1733,8 @@ class Connection:
             mib["TcpExtTCPRcvQDrop"] += 1
             self._schedule_ack(now, immediate=True)
             return
+        if plen and self.ecn_flags:
+            self._ecn_check_ce(seg.ecn)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
         if seg_off == nxt:
             if plen:
                 self._grow_window(plen)
@@ -1651,6 +1776,35 @@ class Connection:
             else:
                 mib["TcpExtTCPOFOQueue"] += 1
             self._schedule_ack(now, immediate=True)
+
+    def _ecn_check_ce(self, ecn: int) -> None:
+        """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
+        ef = self.ecn_flags
+        if not ef & ECN_OK:
+            return
+        if ecn == ECN_CE:
+            self.mib["UsertcpECNCeDataSegs"] += 1
+            if not ef & ECN_DEMAND_CWR:
+                # Echo ECE from now until the peer's CWR; do not delay the ACKs that carry
+                # it, the sender may have a very small cwnd.
+                self._enter_quickack_mode(2)
+                ef |= ECN_DEMAND_CWR
+            self.ecn_flags = ef | ECN_SEEN
+        elif ecn != ECN_NOT_ECT:
+            self.ecn_flags = ef | ECN_SEEN
+        elif ef & ECN_SEEN:
+            # Not ECT on an ECN connection that has seen ECT: probably a retransmission
+            # (RFC 3168 §6.1.5), so ACK it quickly.
+            self._enter_quickack_mode(2)
+
+    def _enter_quickack_mode(self, max_quickacks: int) -> None:
+        """Linux tcp_enter_quickack_mode: the next ACKs go out at once, interactive mode off."""
+        quick = self.rcv_adv - self.rcv_nxt
+        quick = quick // (2 * max(self.rcv_mss, 1)) if quick > 0 else 0
+        quick = min(quick or 2, max_quickacks)
+        if quick > self.quickack:
+            self.quickack = quick
+        self.pingpong = False
 
     def _grow_window(self, plen: int) -> None:
         """Linux tcp_grow_window: each full-sized segment opens the window by two MSS."""
@@ -1765,7 +1919,7 @@ class Connection:
         if dlen and r.start - 1 + dlen >= self.snd_buf.end:
             flags |= PSH
         self._emit(now, r.start, flags, payload)
-        if self.ca_state == CA_RECOVERY:
+        if self.ca_state == CA_RECOVERY or self.ca_state == CA_CWR:
             self.prr_out += r.end - r.start
         r.retrans = True
         self.retrans_bytes += r.end - r.start
@@ -1855,7 +2009,7 @@ class Connection:
             flags |= FIN
         end = off + size + (1 if fin else 0)
         self._emit(now, off, flags, payload, gso_size=self.mss if size > self.mss else 0)
-        if self.ca_state == CA_RECOVERY:
+        if self.ca_state == CA_RECOVERY or self.ca_state == CA_CWR:
             self.prr_out += end - off
         self.rtx.append(SentSegment(off, end, fin, now))
         self.snd_nxt = end
@@ -1922,8 +2076,11 @@ class Connection:
             self._check_space()
         self._schedule()
 
-    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float) -> None:
-        """Predicted in-order data with the ACK unchanged: the slow path's effects, no more."""
+    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0) -> None:
+        """Predicted in-order data with the ACK unchanged: the slow path's effects, no more.
+
+        ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce).
+        """
         self.segs_in += 1
         seg_off = self.rcv_nxt
         if ts_val >= 0 and seg_off <= self.last_ack_sent and not (ts_val - self.ts_recent) & 0x80000000:
@@ -1939,6 +2096,8 @@ class Connection:
         self.last_rcv_time = now
         self.data_segs_in += 1
         self._grow_window(plen)
+        if self.ecn_flags:
+            self._ecn_check_ce(ecn)
         self.rcv_buf.append(payload)
         self.rcv_nxt = seg_off + plen
         self.bytes_received += plen
@@ -1973,7 +2132,7 @@ class Connection:
         if now >= self.rack_deadline:
             self.rack_deadline = INF
             self._detect_losses(now)
-            if self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER):
+            if self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
                 self._enter_recovery(now)
                 if self.sack_ok:
                     self._prr(self.mss)      # Linux tcp_rack_reo_timeout: one segment's worth
@@ -2027,7 +2186,10 @@ class Connection:
         self.mib["TcpExtTCPTimeouts"] += 1
         self.tlp_high = -1
         self.rack_deadline = INF
-        self.cc.on_rto(now, self.cc.cwnd, first_timeout=self.retransmits == 0)
+        # Linux tcp_enter_loss: ssthresh is not cut again inside a CWR reduction's window.
+        cwr_window = self.ca_state == CA_CWR and self.recover > self.snd_una
+        self.cc.on_rto(now, self.cc.cwnd, first_timeout=self.retransmits == 0 and not cwr_window)
+        self._ecn_queue_cwr()
         old_ca = self.ca_state
         self.ca_state = CA_LOSS
         if self.stack.tracer is not None:
@@ -2059,9 +2221,10 @@ class Connection:
         self.rto_deadline = now + self.rtt.timeout
 
     def _arm_tlp(self, now: float) -> None:
-        """RFC 8985 §7.2: arm the probe timeout (PTO) while data is outstanding in Open state."""
-        # Linux tcp_schedule_loss_probe(): SACK peers only (RFC 8985 §2: RACK-TLP needs SACK).
-        if (not self.config.tlp or not self.sack_ok or self.ca_state != CA_OPEN
+        """RFC 8985 §7.2: arm the probe timeout (PTO) while data is outstanding in Open/CWR state."""
+        # Linux tcp_schedule_loss_probe(): SACK peers only (RFC 8985 §2: RACK-TLP needs SACK),
+        # in Open or CWR state (an ECN reduction is no loss episode).
+        if (not self.config.tlp or not self.sack_ok or self.ca_state not in (CA_OPEN, CA_CWR)
                 or self.snd_max <= self.snd_una or self.tlp_high >= 0 or self.tlp_deadline != INF
                 or self.state not in (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1,
                                       State.CLOSING, State.LAST_ACK)):
@@ -2082,7 +2245,7 @@ class Connection:
 
     def _on_tlp(self, now: float) -> None:
         """RFC 8985 §7.3: send one new segment if possible, else retransmit the last one."""
-        if self.snd_max <= self.snd_una or self.ca_state != CA_OPEN:
+        if self.snd_max <= self.snd_una or self.ca_state not in (CA_OPEN, CA_CWR):
             return
         self.mib["TcpExtTCPLossProbes"] += 1
         data_end = self.snd_buf.end + 1
@@ -2171,13 +2334,17 @@ class Connection:
         mss = max(self.mss, 1)
         opts = 0
         if self.ts_ok:
-            opts |= 1
+            opts |= TCPI_OPT_TIMESTAMPS
         if self.sack_ok:
-            opts |= 2
+            opts |= TCPI_OPT_SACK
         if self.ws_ok:
-            opts |= 4
+            opts |= TCPI_OPT_WSCALE
+        if self.ecn_flags & ECN_OK:
+            opts |= TCPI_OPT_ECN
+        if self.ecn_flags & ECN_SEEN:
+            opts |= TCPI_OPT_ECN_SEEN
         if self.syn_data_acked:
-            opts |= 32
+            opts |= TCPI_OPT_SYN_DATA
         out = {
             "tcpi_state": int(self.state),
             "tcpi_ca_state": self.ca_state,

@@ -19,6 +19,8 @@ The rules (offsets as in Connection: the SYN is offset 0, data byte k is offset 
   (RFC 6298 §5.1); TIME-WAIT => its 2 MSL timer runs.
 - stack: every table entry is live and keyed by its 4-tuple; ``time_wait_count`` and
   TcpCurrEstab match the table; TIME-WAIT within ``max_time_wait``.
+- ECN: the per-connection ECN flags only when ECN was negotiated (RFC 3168 §6.1.1); the
+  CWR congestion state only with its reduction window (Linux high_seq) not yet acked.
 - listeners: the SYN queue within its bound and only SYN-RECEIVED entries that are in the
   table; the accept queue within the backlog plus what the SYN queue can complete.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.connection import INF, SYNCHRONIZED, Connection, State
+from usertcp.tcp.connection import CA_CWR, ECN_OK, INF, SYNCHRONIZED, Connection, State
 from usertcp.wire.segment import Buffer, TxPacket
 
 if TYPE_CHECKING:
@@ -126,6 +128,10 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
             _fail("time-wait-timer", c, "TIME-WAIT without its 2 MSL timer")
     if c.cc.cwnd <= 0 or c.mss <= 0:
         _fail("cwnd-mss", c, f"cwnd={c.cc.cwnd} mss={c.mss}")
+    if c.ecn_flags and not c.ecn_flags & ECN_OK:
+        _fail("ecn-flags", c, f"ecn_flags={c.ecn_flags:#x} without ECN negotiated")
+    if c.ca_state == CA_CWR and c.snd_una > c.recover:
+        _fail("cwr-window", c, f"CWR state with snd_una={c.snd_una} past its window end {c.recover}")
 
 
 def check_invariants(stack: Stack) -> None:

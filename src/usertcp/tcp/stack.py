@@ -38,6 +38,9 @@ _S_IP6TCP = struct.Struct("!IHBB16s16sHHIIHHHH")
 _S_III = struct.Struct("!III")
 _from_bytes = int.from_bytes
 _MD5_NOPS = b"\x01\x01\x13\x12"
+# Received packets by ECN codepoint (Linux ip_rcv_core / ip6_rcv_core IPSTATS_MIB_*ECT*PKTS).
+_ECN_MIB4 = ("IpExtInNoECTPkts", "IpExtInECT1Pkts", "IpExtInECT0Pkts", "IpExtInCEPkts")
+_ECN_MIB6 = ("Ip6InNoECTPkts", "Ip6InECT1Pkts", "Ip6InECT0Pkts", "Ip6InCEPkts")
 
 
 def pack_ip(addr: str | bytes | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
@@ -214,6 +217,7 @@ class Stack:
                 mib["TcpInErrs"] += 1
             return
         mib["TcpInSegs"] += 1
+        mib[(_ECN_MIB4 if seg.ip_version == 4 else _ECN_MIB6)[seg.tos & 3]] += 1
         if seg.dst not in self.addresses:
             mib["IpInAddrErrors"] += 1
             return
@@ -249,18 +253,19 @@ class Stack:
             return False
         first = mv[0]
         if first == 0x45:
-            (_v, _tos, tot, _id, frag, _ttl, proto, _ipsum, src, dst, sport, dport, seq, ack, offflags,
+            (_v, tos, tot, _id, frag, _ttl, proto, _ipsum, src, dst, sport, dport, seq, ack, offflags,
              window, _csum, _urg) = _S_IP4TCP.unpack_from(mv, 0)
             if proto != 6 or frag & 0x3FFF or tot > n:
                 return False
             ip_len = 20
         elif first >> 4 == 6 and n >= 60:
-            (_vtc, plen6, nh, _hlim, src, dst, sport, dport, seq, ack, offflags, window, _csum,
+            (vtc, plen6, nh, _hlim, src, dst, sport, dport, seq, ack, offflags, window, _csum,
              _urg) = _S_IP6TCP.unpack_from(mv, 0)
             tot = 40 + plen6
             if nh != 6 or tot > n:
                 return False
             ip_len = 40
+            tos = (vtc >> 20) & 0xFF
         else:
             return False
         conn = self.connections.get((dst, dport, src, sport))
@@ -311,6 +316,7 @@ class Stack:
             if adv == 0 or adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
                 return False
             self.counters["TcpInSegs"] += 1
+            self.counters[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
             self.counters["TcpExtTCPHPAcks"] += 1
             conn.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
             return True
@@ -320,8 +326,9 @@ class Stack:
         if mem.limit and mem.used + len(payload) > mem.limit:
             return False                 # the slow path drops and counts it
         self.counters["TcpInSegs"] += 1
+        self.counters[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
         self.counters["TcpExtTCPHPHits"] += 1
-        conn.fast_data(payload, ts_val, ts_ecr, now)
+        conn.fast_data(payload, ts_val, ts_ecr, now, tos & 3)
         return True
 
     def datagrams_to_send(self) -> list[TxPacket]:

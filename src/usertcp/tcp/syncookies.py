@@ -14,8 +14,9 @@ MAX_SYNCOOKIE_AGE = 2 counts. ``mss_index`` picks the largest entry of a table o
 MSS values not above the peer's (msstab / msstab6). With timestamps the SYN-ACK's TSval
 carries the options in its low 6 bits (cookie_init_timestamp; decoded from the echoed
 TSecr by cookie_timestamp_decode): bits 0-3 the peer's window scale (0xF: none), bit 4
-SACK-permitted, bit 5 ECN (never set: ECN is not modelled). Without timestamps the
-cookie SYN-ACK offers neither window scaling nor SACK (tcp_conn_request clears them).
+SACK-permitted, bit 5 ECN (the SYN set ECN up: the cookie SYN-ACK carries ECE). Without
+timestamps the cookie SYN-ACK offers neither window scaling, SACK nor ECN (tcp_conn_request
+clears them).
 H is SipHash-2-4 (Linux: siphash_4u32) under two keys derived from the stack's ISN secret.
 
 Linux also only accepts a cookie ACK if the listener overflowed within the last
@@ -45,12 +46,12 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.config import TFO_SERVER_ENABLE
-from usertcp.tcp.connection import Connection, State
+from usertcp.tcp.connection import ECN_OK, Connection, State, ecn_syn_acceptable
 from usertcp.tcp.cookies import tfo_cookie
 from usertcp.tcp.fastopen import TfoState
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.packet import build_packet
-from usertcp.wire.segment import ACK, FIN, SYN, Segment
+from usertcp.wire.segment import ACK, ECE, FIN, SYN, Segment
 from usertcp.wire.tcp import encode_options
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ __all__ = [
     "check_cookie",
     "cookie_ack",
     "cookie_ts_decode",
+    "cookie_ts_ecn",
     "cookie_ts_encode",
     "make_cookie",
     "on_syn_overflow",
@@ -148,11 +150,13 @@ def check_cookie(secret: bytes, cookie: int, saddr: bytes, daddr: bytes, sport: 
     return (cookie - _hash(k1, saddr, daddr, sport, dport, count - diff)) & COOKIEMASK
 
 
-def cookie_ts_encode(now_ms: int, wscale: int, sack: bool) -> int:
+def cookie_ts_encode(now_ms: int, wscale: int, sack: bool, ecn: bool = False) -> int:
     """cookie_init_timestamp(): a TSval <= now whose low 6 bits hold the options."""
     options = wscale if wscale >= 0 else TS_OPT_WSCALE_MASK
     if sack:
         options |= TS_OPT_SACK
+    if ecn:
+        options |= TS_OPT_ECN
     ts = ((now_ms & _M32) >> TSBITS) << TSBITS | options
     if ts > now_ms & _M32:
         ts -= 1 << TSBITS
@@ -163,6 +167,11 @@ def cookie_ts_decode(options: int) -> tuple[int, bool]:
     """cookie_timestamp_decode(): (peer window scale or -1, SACK-permitted)."""
     wscale = options & TS_OPT_WSCALE_MASK
     return (-1 if wscale == TS_OPT_WSCALE_MASK else wscale), bool(options & TS_OPT_SACK)
+
+
+def cookie_ts_ecn(options: int) -> bool:
+    """cookie_ecn_ok(): the SYN had set ECN up (bit 5 of the echoed TSval's options)."""
+    return bool(options & TS_OPT_ECN)
 
 
 def syn_queue_limit(stack: Stack, listener: Listener) -> int:
@@ -217,11 +226,12 @@ def on_syn_overflow(stack: Stack, listener: Listener, seg: Segment, now: float) 
     opts = listener.options
     ts_ok = cfg.timestamps and seg.ts_val >= 0
     ts = None
-    ws_ok = sack_ok = False
+    ws_ok = sack_ok = ecn_ok = False
     if ts_ok:
         ws_ok = cfg.window_scaling and seg.wscale >= 0
         sack_ok = cfg.sack and seg.sack_permitted
-        raw = cookie_ts_encode(int(now * 1000), min(seg.wscale, 14) if ws_ok else -1, sack_ok)
+        ecn_ok = ecn_syn_acceptable(seg, cfg)    # tcp_ecn_create_request; only with TS
+        raw = cookie_ts_encode(int(now * 1000), min(seg.wscale, 14) if ws_ok else -1, sack_ok, ecn_ok)
         ts = ((raw + _ts_off(stack, local, remote)) & _M32, seg.ts_val)
     mss = stack.mtu_mss(v6)
     user_mss = int(opts.get("user_mss", 0))
@@ -233,7 +243,8 @@ def on_syn_overflow(stack: Stack, listener: Listener, seg: Segment, now: float) 
                              md5=md5_key is not None)
     window = min(max(int(opts.get("rcvbuf_limit", cfg.rmem[1])), 0), 0xFFFF)
     pkt = build_packet(src=local, dst=remote, sport=seg.dport, dport=seg.sport, seq=isn,
-                       ack=(seg.seq + 1) & _M32, flags=SYN | ACK, window=window, options=options,
+                       ack=(seg.seq + 1) & _M32, flags=SYN | ACK | (ECE if ecn_ok else 0),
+                       window=window, options=options,
                        ttl=cfg.ttl, md5_key=md5_key, csum_partial=stack.tx_csum_offload)
     _last_overflow[listener] = now
     mib["TcpExtSyncookiesSent"] += 1
@@ -266,14 +277,16 @@ def cookie_ack(stack: Stack, listener: Listener, seg: Segment, now: float) -> bo
         mib["TcpExtSyncookiesFailed"] += 1
         return False
     ts_ok = seg.ts_val >= 0
-    wscale, sack = -1, False
+    wscale, sack, ecn = -1, False, False
     ts_off = 0
     if ts_ok:
         if not cfg.timestamps:
             mib["TcpExtSyncookiesFailed"] += 1
             return False
         ts_off = _ts_off(stack, local, remote)
-        wscale, sack = cookie_ts_decode((seg.ts_ecr - ts_off) & TSMASK)
+        options = (seg.ts_ecr - ts_off) & TSMASK
+        wscale, sack = cookie_ts_decode(options)
+        ecn = cookie_ts_ecn(options) and cfg.ecn != 0    # cookie_ecn_ok
         if (sack and not cfg.sack) or (wscale >= 0 and not cfg.window_scaling):
             mib["TcpExtSyncookiesFailed"] += 1
             return False
@@ -284,6 +297,8 @@ def cookie_ack(stack: Stack, listener: Listener, seg: Segment, now: float) -> bo
         mib["TcpExtListenDrops"] += 1
         return True
     conn = _rebuild(stack, listener, seg, table[idx], wscale, sack, ts_off, now)
+    if ecn:
+        conn.ecn_flags = ECN_OK
     # The ACK itself now takes the normal path: SYN-RECEIVED -> ESTABLISHED, accept queue,
     # its data, and the preload going out.
     stack.segment_arrives(seg, now)

@@ -38,6 +38,13 @@ FASTOPEN_EXP_MAGIC = 0xF989
 
 IPPROTO_TCP = 6
 
+# The ECN field: the low two bits of the IPv4 TOS / IPv6 traffic class (RFC 3168 §5).
+ECN_MASK = 0x3
+ECN_NOT_ECT = 0x0
+ECN_ECT1 = 0x1
+ECN_ECT0 = 0x2
+ECN_CE = 0x3
+
 
 class DropPacket(Exception):
     """A packet that must be dropped; ``counter`` is the nstat name to increment."""
@@ -71,7 +78,8 @@ class NotTcp(DropPacket):
 class Segment:
     """One validated inbound TCP segment with its IP addressing.
 
-    Addresses are packed bytes (4 or 16). ``payload``, ``tcp_header`` and
+    Addresses are packed bytes (4 or 16). ``tos`` is the IPv4 TOS byte or the IPv6 traffic
+    class, ECN field included (``ecn``). ``payload``, ``tcp_header`` and
     ``raw_options`` are memoryviews into the buffer the packet arrived in: no copy.
     Absent options: ``mss``/``wscale``/``ts_val`` are -1, ``sack_blocks`` is (),
     ``fastopen`` is None (b"" means a cookie request), ``md5`` is None.
@@ -114,6 +122,11 @@ class Segment:
     tcp_header: memoryview    # TCP header including options (for MD5 and the drill runner)
     raw_options: memoryview
     checksum_ok: bool
+
+    @property
+    def ecn(self) -> int:
+        """The ECN codepoint of the IP header (``ECN_NOT_ECT`` .. ``ECN_CE``, RFC 3168 §5)."""
+        return self.tos & ECN_MASK
 
     @property
     def seg_len(self) -> int:
