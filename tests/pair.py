@@ -10,9 +10,31 @@ from usertcp.net.memnet import Link, LinkConfig, Network
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
 from usertcp.tcp.stack import Listener, Stack
+from usertcp.wire.segment import Buffer, TxPacket
 
 A_ADDR = "10.0.0.1"
 B_ADDR = "10.0.0.2"
+
+
+class RecordingEndpoint:
+    """A minimal Endpoint: records what it receives (``got``), sends what is in ``out``."""
+
+    def __init__(self, packets: list[bytes] | None = None) -> None:
+        self.got: list[bytes] = []
+        self.out: list[TxPacket] = [TxPacket(p) for p in packets or []]
+
+    def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False) -> None:
+        self.got.append(bytes(packet))
+
+    def datagrams_to_send(self) -> list[TxPacket]:
+        out, self.out = self.out, []
+        return out
+
+    def get_timer(self) -> float | None:
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        pass
 
 
 @dataclass
@@ -24,6 +46,7 @@ class Pair:
     driver: VirtualTimeDriver
     listener: Listener | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    addresses: tuple[str, str] = (A_ADDR, B_ADDR)
 
     @property
     def now(self) -> float:
@@ -32,7 +55,7 @@ class Pair:
     def open(self, port: int = 80) -> tuple[Connection, Connection]:
         """Client on a, server on b; returns (client, accepted server connection)."""
         self.listener = lst = self.b.listen(port)
-        client = self.a.create_connection(B_ADDR, port)
+        client = self.a.create_connection(self.addresses[1], port)
         self.a.connect(client, self.now)
         self.driver.kick()
         assert self.driver.run_until(lambda: bool(lst.accept_queue), 30), "handshake did not complete"
@@ -50,7 +73,7 @@ def make_pair(config: LinkConfig | None = None, *, seed: int = 1, cfg_a: StackCo
     ha = net.add_host(a, [addresses[0]])
     hb = net.add_host(b, [addresses[1]])
     link = net.connect(ha, hb, config or LinkConfig(delay=0.005), reverse)
-    return Pair(net, a, b, link, VirtualTimeDriver(net))
+    return Pair(net, a, b, link, VirtualTimeDriver(net), addresses=addresses)
 
 
 def transfer(pair: Pair, sender: Connection, receiver: Connection, data: bytes, *,

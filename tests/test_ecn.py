@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from pair import make_pair, sha, transfer
+from pair import RecordingEndpoint, make_pair, sha, transfer
 from peer import ScriptedPeer
 from usertcp.drill.profile import linux_config
 from usertcp.net.impair import ImpairConfig, ImpairedEndpoint, parse_impair
@@ -375,25 +375,7 @@ def test_impaired_endpoint_ce_marks() -> None:
     with pytest.raises(ValueError):
         ImpairConfig(ce=1.5)
 
-    class Sink:
-        def __init__(self) -> None:
-            self.got: list[bytes] = []
-            self.out: list[TxPacket] = []
-
-        def receive(self, packet: bytes, now: float, *, checksum_verified: bool = False) -> None:
-            self.got.append(bytes(packet))
-
-        def datagrams_to_send(self) -> list[TxPacket]:
-            out, self.out = self.out, []
-            return out
-
-        def get_timer(self) -> float | None:
-            return None
-
-        def handle_timer(self, now: float) -> None:
-            pass
-
-    sink = Sink()
+    sink = RecordingEndpoint()
     ep = ImpairedEndpoint(sink, ImpairConfig(ce=1.0), lambda: 0.0)  # type: ignore[arg-type]
 
     def pkt(ecn: int) -> TxPacket:

@@ -337,13 +337,7 @@ def test_path_mtu_discovery_over_a_narrow_link(addresses: tuple[str, str]) -> No
     """A router in front of a 1300-byte link drops bigger packets and says so: the transfer
     completes, the sender's segments shrink to fit, and the receiver gets every byte."""
     pair = make_pair(LinkConfig(delay=0.005, mtu=1300), addresses=addresses)
-    lst = pair.b.listen(80)
-    client = pair.a.create_connection(addresses[1], 80)
-    pair.a.connect(client, pair.now)
-    pair.driver.kick()
-    assert pair.driver.run_until(lambda: bool(lst.accept_queue), 30)
-    server = lst.accept()
-    assert server is not None
+    client, server = pair.open()
     data = bytes(range(256)) * 4096
     got = transfer(pair, client, server, data)
     assert sha(got) == sha(data)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from netns_helpers import ServeProcess, namespace_fixture, serve_command
+from pair import RecordingEndpoint
 from usertcp.apps.basic import pattern, pattern_sha256, pattern_views
 from usertcp.net import netns
 from usertcp.net.pcap import read_pcap
@@ -537,25 +538,6 @@ def test_struct_md5sig_is_linux_size() -> None:
 # -- net/impair.py and the pattern, without a namespace ---------------------------------------------
 
 
-class _Recorder:
-    """A minimal Endpoint: records what it receives, sends what it is told to."""
-
-    def __init__(self) -> None:
-        self.got: list[bytes] = []
-        self.out: list[Any] = []
-
-    def receive(self, packet: Any, now: float, *, checksum_verified: bool = False) -> None:
-        self.got.append(bytes(packet))
-
-    def datagrams_to_send(self) -> list[Any]:
-        out, self.out = self.out, []
-        return out
-
-    def get_timer(self) -> float | None:
-        return None
-
-    def handle_timer(self, now: float) -> None:
-        pass
 
 
 @pytest.mark.parametrize("spec", ["loss=0.1,reorder=0.2,seed=5", "loss=0.1,reorder=0.2,seed=5,dir=in"])
@@ -566,7 +548,7 @@ def test_impairment_is_seeded_and_delivers_held_packets(spec: str) -> None:
     runs = []
     for _ in range(2):
         clock = [0.0]
-        inner = _Recorder()
+        inner = RecordingEndpoint()
         ep = ImpairedEndpoint(inner, parse_impair(spec), lambda c=clock: c[0])  # type: ignore[misc]
         sent: list[bytes] = []
         for i in range(1000):

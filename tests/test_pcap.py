@@ -16,10 +16,11 @@ from scapy.packet import Raw
 from usertcp.net.driver import VirtualTimeDriver
 from usertcp.net.memnet import LinkConfig, Network
 from usertcp.net.pcap import LINKTYPE_RAW, PcapWriter, read_pcap
-from usertcp.wire.segment import Buffer, TxPacket
+from usertcp.wire.segment import TxPacket
 
 # The helper sits next to this file; make it importable whatever pytest's import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pair import RecordingEndpoint
 from tshark import HAVE_TSHARK, tshark_count, tshark_problems
 
 needs_tshark = pytest.mark.skipif(not HAVE_TSHARK, reason="tshark is not installed")
@@ -122,31 +123,12 @@ def test_concurrent_writes_do_not_interleave(tmp_path: Path) -> None:
 
 # -- captures from the network ----------------------------------------------------------
 
-class Replay:
-    """Sends a fixed list of packets on the first drain; records what it receives."""
-
-    def __init__(self, packets: list[bytes]) -> None:
-        self.out = [TxPacket(p) for p in packets]
-        self.got: list[bytes] = []
-
-    def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False) -> None:
-        self.got.append(bytes(packet))
-
-    def datagrams_to_send(self) -> list[TxPacket]:
-        out, self.out = self.out, []
-        return out
-
-    def get_timer(self) -> float | None:
-        return None
-
-    def handle_timer(self, now: float) -> None:
-        pass
 
 
-def run_capture(path: Path, cfg: LinkConfig, where: str = "send", copies: int = 1) -> Replay:
+def run_capture(path: Path, cfg: LinkConfig, where: str = "send", copies: int = 1) -> RecordingEndpoint:
     net = Network(seed=3)
-    a = net.add_host(Replay(scapy_packets() * copies), ["10.0.0.1", "fd00::1"])
-    sink = Replay([])
+    a = net.add_host(RecordingEndpoint(scapy_packets() * copies), ["10.0.0.1", "fd00::1"])
+    sink = RecordingEndpoint()
     b = net.add_host(sink, ["10.0.0.2", "fd00::2"])
     net.connect(a, b, cfg)
     with PcapWriter(path) as w:

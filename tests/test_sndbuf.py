@@ -3,7 +3,7 @@ __sk_stream_is_writeable, tcp_sndbuf_expand)."""
 
 from __future__ import annotations
 
-from pair import B_ADDR, make_pair, transfer
+from pair import make_pair, transfer
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.buffers import SKB_TRUESIZE_OVERHEAD as O
 from usertcp.tcp.buffers import SendBuffer
@@ -43,13 +43,7 @@ def test_room_is_the_linux_copy_loop() -> None:
 
 def _established(cfg_delay: float = 0.01):  # type: ignore[no-untyped-def]
     pair = make_pair(LinkConfig(delay=cfg_delay), seed=5)
-    lst = pair.b.listen(80)
-    c = pair.a.create_connection(B_ADDR, 80)
-    pair.a.connect(c, pair.now)
-    pair.driver.kick()
-    assert pair.driver.run_until(lambda: bool(lst.accept_queue), 5)
-    s = lst.accept()
-    assert s is not None
+    c, s = pair.open()
     return pair, c, s
 
 
