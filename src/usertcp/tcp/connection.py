@@ -440,7 +440,9 @@ class Connection:
                            window=window, options=options, payload=payload, ttl=self.config.ttl,
                            tos=self.tos, md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
                            gso_size=gso_size)
-        ok = self.stack.output(pkt)
+        # Only an explicit False is a refusal: a wrapper of output() that drops its result
+        # (it returned None before refusals existed) must not read as one.
+        ok = self.stack.output(pkt) is not False
         self.segs_out += 1
         self.last_snd_time = now
         mib = self.mib
