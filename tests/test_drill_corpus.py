@@ -40,8 +40,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 32, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/sack/sack-route-refresh-ip-tos.pkt':
         ('failed', 35, 'outbound packet differs: flags (expected P., actual .)'),
-    'gtests/net/tcp/user_timeout/user-timeout-probe.pkt':
-        ('skipped', 24, "command not modelled: 'tc qdisc add dev tun0 root pfifo limi"),
 }  # fmt: skip
 
 pytestmark = pytest.mark.skipif(

@@ -394,9 +394,9 @@ def _proxy_setup() -> tuple[Pair, Connection, Connection, Connection, Connection
     sent: list[object] = []
     real_output = pair.b.output
 
-    def output(pkt: object) -> None:
+    def output(pkt: object) -> bool:
         sent.append(pkt)
-        real_output(pkt)  # type: ignore[arg-type]
+        return real_output(pkt)  # type: ignore[arg-type]
 
     pair.b.output = output  # type: ignore[method-assign]
     return pair, client, server, up, upstream, delivered.keys(), sent  # type: ignore[return-value]

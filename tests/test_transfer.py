@@ -118,7 +118,7 @@ def test_tso_super_segments() -> None:
     def spy(pkt):  # type: ignore[no-untyped-def]
         sizes.append(len(pkt))
         gso.append(pkt.gso_size)
-        orig(pkt)
+        return orig(pkt)
 
     pair.a.output = spy  # type: ignore[method-assign]
     client, server = pair.open()

@@ -5,7 +5,9 @@
 family, fixed secrets so runs are reproducible).  :class:`Environment` interprets a backtick
 command: sysctl writes the stack models go to ``StackConfig.apply_sysctl``; harmless commands are
 accepted; ``nstat`` and ``grep`` over ``/proc/net/tcp`` are emulated from the stack's counters and
-sockets; anything else raises :class:`Unsupported` (the runner skips the script with the reason).
+sockets; a ``pfifo limit 0`` root qdisc on the test device makes the stack's local queue refuse
+every packet (``Stack.tx_refuse``); anything else raises :class:`Unsupported` (the runner skips
+the script with the reason).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from usertcp.drill.defaults import ADDRESS_DEFAULTS, SYSCTL_DEFAULTS, SysctlValu
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import State
 from usertcp.tcp.stack import Stack
+from usertcp.wire.segment import TxPacket
 
 __all__ = [
     "PROFILE_ONLY_SYSCTLS",
+    "TEST_DEVICE",
     "CommandError",
     "Environment",
     "Unsupported",
@@ -83,12 +87,18 @@ def linux_config(ip_version: str = "ipv4") -> StackConfig:
 # Commands with no effect on a fresh in-process stack.
 _HARMLESS = (
     re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$"),  # a fresh stack remembers no cookies
-    re.compile(r"^tc\s+qdisc\s+(add|replace)\s+dev\s+\S+\s+root\s+pfifo$"),  # no pacing anyway
-    re.compile(r"^tc\s+qdisc\s+del(ete)?\s+dev\s+\S+\s+root$"),
     re.compile(r"^(/tmp/)?sysctl_restore_\S*\.sh$"),  # our stack dies with the script
     re.compile(r"^true$|^:$"),
     re.compile(r"^ethtool\s+-K\s+\S+(\s+(tso|gso|gro)\s+off)+$"),  # no offloads: the stack segments itself
 )
+# The root qdisc of a device: a pfifo (no pacing anyway) and its removal, which restores the
+# default. ``limit 0`` holds no packet: every transmission on the device fails (Linux: the qdisc
+# answers NET_XMIT_DROP and TCP sees local congestion). Any other limit, like the default
+# (txqueuelen), never drops here: the runner takes each packet off the device as soon as the
+# stack queues it, so the FIFO never holds more than the one being sent.
+_QDISC_SET = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+pfifo(?:\s+limit\s+(\d+))?$")
+_QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
+TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
 _REDIRECT = re.compile(r"\s*(\d?>>?\s*/dev/null|2>&1|>\s*&\d)\s*")
@@ -101,6 +111,7 @@ class Environment:
     config: StackConfig
     stack_getter: Callable[[], Stack | None]
     _nstat_base: dict[str, int] = field(default_factory=dict)
+    tx_blocked: bool = False        # TEST_DEVICE's qdisc holds no packet (pfifo limit 0)
 
     # ------------------------------------------------------------------ entry
 
@@ -140,7 +151,30 @@ class Environment:
         joined = " ".join(words)
         if any(p.match(joined) for p in _HARMLESS):
             return
+        qdisc = _QDISC_SET.match(joined)
+        if qdisc is not None:
+            self._set_qdisc(qdisc.group(1), blocked=qdisc.group(2) is not None and int(qdisc.group(2)) == 0)
+            return
+        qdisc = _QDISC_DEL.match(joined)
+        if qdisc is not None:
+            self._set_qdisc(qdisc.group(1), blocked=False)
+            return
         raise Unsupported(f"command not modelled: {statement!r}")
+
+    # ------------------------------------------------------------------ link
+
+    def _set_qdisc(self, device: str, *, blocked: bool) -> None:
+        if device != TEST_DEVICE:
+            return          # no test traffic crosses another device
+        self.tx_blocked = blocked
+        stack = self.stack_getter()
+        if stack is not None:
+            self.attach(stack)
+
+    def attach(self, stack: Stack) -> None:
+        """Give ``stack`` the device state the commands set so far; the runner calls this when
+        it creates its (lazy) stack, so a qdisc installed before the first socket applies."""
+        stack.tx_refuse = _refuse_all if self.tx_blocked else None
 
     # ------------------------------------------------------------------ sysctls
 
@@ -250,6 +284,10 @@ class Environment:
                 )  # fmt: skip
         tail = "00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 100 0 0 10 0"
         return [f"{i:4}: {local} {remote} {st:02X} {tail}" for i, (local, remote, st) in enumerate(rows)]
+
+
+def _refuse_all(_packet: TxPacket) -> bool:
+    return True
 
 
 _LINUX_STATE = {

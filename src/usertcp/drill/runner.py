@@ -277,6 +277,7 @@ class _Runner:
     def stack(self) -> Stack:
         if self._stack is None:
             self._stack = Stack([self.local_ip], self.config, name="drill")
+            self.env.attach(self._stack)
         return self._stack
 
     def now(self) -> float:
@@ -426,9 +427,17 @@ class _Runner:
             raise _Fail(ev.line, "%{ }% block: no socket to read tcp_info from")
         ns: dict[str, Any] = dict(CODE_CONSTANTS)
         ns.update(conn.info())
-        code = textwrap.dedent(ev.code).replace("\\\n", "\n")
+        code = textwrap.dedent(ev.code)
+        where = f"{self.script.path}:{ev.line}"
         try:
-            exec(compile(code, f"{self.script.path}:{ev.line}", "exec"), ns)
+            # Verbatim first, as packetdrill hands it to Python: a backslash joins lines
+            # ("assert a; \<newline>    assert b"); else each continued line on its own.
+            compiled = compile(code, where, "exec")
+        except SyntaxError:
+            code = code.replace("\\\n", "\n")
+            compiled = None
+        try:
+            exec(compiled if compiled is not None else compile(code, where, "exec"), ns)
         except AssertionError as exc:
             raise _Fail(ev.line, f"assertion failed: {code.strip()!r}: {exc}") from exc
         except Exception as exc:

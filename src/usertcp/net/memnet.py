@@ -12,6 +12,11 @@ AQM-like step marker that, from that queue length on, sets CE on ECN-capable pac
 and drops the others, RFC 3168 §5), serialisation behind the packets already queued,
 propagation ``delay``, then loss, duplication, corruption, reordering and jitter. Lost
 packets still used the bandwidth: they were lost on the wire, not in the queue.
+
+With ``backpressure`` the queue is the sending host's own interface queue, as a Linux
+qdisc is: a full queue refuses the packet to the sending stack when the stack emits it
+(``Stack.tx_refuse``), so TCP sees local congestion and retries later (Linux: the qdisc
+answers NET_XMIT_DROP), instead of the packet vanishing in a tail drop.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class LinkConfig:
     # AQM (needs bandwidth_bps): at this many queued packets, CE-mark ECT packets instead of
     # dropping them, and drop non-ECT ones (RFC 3168 §5); None: plain tail drop only.
     ecn_threshold: int | None = None
+    backpressure: bool = False           # a full queue refuses a stack's packet synchronously
 
     def __post_init__(self) -> None:
         for name in ("loss", "reorder", "duplicate", "corrupt"):
@@ -107,7 +113,7 @@ class Host:
     """
 
     __slots__ = ("network", "endpoint", "name", "addresses", "packed", "routes",
-                 "timer_at", "timer_gen", "timer_spin")
+                 "timer_at", "timer_gen", "timer_spin", "reserving")
 
     def __init__(self, network: Network, endpoint: Endpoint, addresses: tuple[IPv4Address | IPv6Address, ...],
                  name: str) -> None:
@@ -120,6 +126,7 @@ class Host:
         self.timer_at: float | None = None
         self.timer_gen = 0
         self.timer_spin = 0
+        self.reserving = False           # its endpoint asks for queue slots (backpressure)
 
     def __repr__(self) -> str:
         return f"Host({self.name!r}, {[str(a) for a in self.addresses]})"
@@ -129,7 +136,7 @@ class LinkDirection:
     """One direction of a link: a transmit queue, a wire and its impairments."""
 
     __slots__ = ("network", "src", "dst", "name", "stats", "config", "_impaired", "_reorder_delay",
-                 "_busy_until", "_queue", "_last_arrival")
+                 "_busy_until", "_queue", "_last_arrival", "_reserved")
 
     def __init__(self, network: Network, src: Host, dst: Host, config: LinkConfig) -> None:
         self.network = network
@@ -140,6 +147,7 @@ class LinkDirection:
         self._busy_until = 0.0           # when the transmitter finishes the last queued packet
         self._queue: deque[float] = deque()  # finish times of packets not yet fully serialised
         self._last_arrival = float("-inf")   # arrivals of in-order packets never go backwards
+        self._reserved = 0               # slots promised to packets the sender has not handed over
         self.config = config
         self._impaired = False
         self._reorder_delay = 0.0
@@ -152,6 +160,22 @@ class LinkDirection:
         self._impaired = bool(config.loss or config.reorder or config.duplicate or config.corrupt
                               or config.jitter)
         self._reorder_delay = 2 * config.delay if config.reorder_delay is None else config.reorder_delay
+        if config.backpressure:
+            self.network._enable_backpressure(self.src)
+
+    def _admit(self, now: float) -> bool:
+        """Backpressure: reserve a queue slot for a packet the sender is emitting now, or
+        refuse it. The slot is used when the driver hands the packet over (``transmit``), at
+        this time or later, when the queue can only have drained further."""
+        if self.config.bandwidth_bps is None:
+            return True
+        q = self._queue
+        while q and q[0] <= now:
+            q.popleft()
+        if len(q) + self._reserved >= self.config.queue_limit:
+            return False
+        self._reserved += 1
+        return True
 
     @property
     def queue_length(self) -> int:
@@ -418,7 +442,28 @@ class Network:
         if d is None:
             self.stats["no_route"] += 1
             return
+        if host.reserving and d._reserved:
+            d._reserved -= 1             # the slot _admit promised it
         d.send(data, now)
+
+    def _enable_backpressure(self, host: Host) -> None:
+        """Install the queue-admission hook on ``host``'s endpoint if it has one (a Stack's
+        ``tx_refuse``); an endpoint without it, or with another hook, keeps tail drops."""
+        ep = host.endpoint
+        if host.reserving or getattr(ep, "tx_refuse", False) is not None:
+            return
+        host.reserving = True
+        routes = host.routes
+
+        def refuse(pkt: TxPacket) -> bool:
+            h = pkt.header
+            d = routes.get(h[16:20] if h[0] >> 4 == 4 else h[24:40])
+            if d is None or not d.config.backpressure:
+                return False
+            now = getattr(self.driver, "now", None)
+            return not d._admit(now() if now is not None else 0.0)
+
+        setattr(ep, "tx_refuse", refuse)   # noqa: B010 (the Endpoint protocol does not declare it)
 
     # -- taps ---------------------------------------------------------------------
 

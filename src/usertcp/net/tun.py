@@ -612,6 +612,10 @@ def flush_to_device(endpoint: Endpoint, device: TunDevice, pcap: PacketSink | No
     Shared by the threaded :class:`TunDriver` and the asyncio TUN driver. A failed write
     is counted and logged, never silent, and one bad packet must not kill the link.
     """
+    # No Stack.tx_refuse here: a write to the TUN fd injects the packet into the kernel's
+    # receive path, which has no queue that refuses it (a full backlog drops it silently),
+    # and the write happens after the stack's call returned; EAGAIN (the tun socket's
+    # sndbuf) is waited out in TunDevice.write.
     packets = endpoint.datagrams_to_send()
     if not packets:
         return

@@ -67,6 +67,10 @@ GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size w
 MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
 SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
 SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
+# Linux TCP_RESOURCE_PROBE_INTERVAL (HZ/2): the retry interval after the local queue refused
+# a transmission (NET_XMIT_DROP), without backoff; TCP_TIMEOUT_MIN (2 jiffies) floors timers.
+RESOURCE_PROBE_INTERVAL = 0.5
+TIMEOUT_MIN = 0.002
 
 
 class State(IntEnum):
@@ -206,6 +210,9 @@ class Connection:
         self.rto_deadline = INF
         self.probe_deadline = INF      # zero-window probe
         self.probes_out = 0
+        self.probe_backoff = 0         # Linux icsk_backoff of the probe timer (tcp_probe0_when)
+        self.probes_tstamp = -1.0      # first probe of the episode (icsk_probes_tstamp); -1: none
+        self._tx_refused = False       # a transmission was refused in this timer event
         self.first_rto_time = 0.0      # start of the current run of timeouts (user timeout)
 
         # Receive sequence space.
@@ -543,8 +550,13 @@ class Connection:
         return (t + self.ts_offset) & SEQ_MASK
 
     def _emit(self, now: float, off: int, flags: int, payload: list[memoryview] | tuple[()] = (),
-              options: bytes | None = None, gso_size: int = 0) -> None:
-        """Build and queue one segment starting at send offset ``off``."""
+              options: bytes | None = None, gso_size: int = 0) -> bool:
+        """Build and queue one segment starting at send offset ``off``; False if the local
+        queue refused it (``Stack.tx_refuse``).
+
+        As in Linux's __tcp_transmit_skb, what precedes the hand-off happens either way: the
+        ACK state is cleared (a refused ACK is just lost) and the segment is counted.
+        """
         syn = bool(flags & SYN)
         if options is None:
             options = self._data_options(now)
@@ -574,13 +586,21 @@ class Connection:
                            window=window, options=options, payload=payload, ttl=self.config.ttl,
                            tos=tos, md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
                            gso_size=gso_size)
-        self.stack.output(pkt)
+        # Only an explicit False is a refusal: a wrapper of output() that drops its result
+        # (it returned None before refusals existed) must not read as one.
+        ok = self.stack.output(pkt) is not False
         self.segs_out += 1
         self.last_snd_time = now
         mib = self.mib
         mib["TcpOutSegs"] += 1
         if flags & RST:
             mib["TcpOutRsts"] += 1
+        if not ok:
+            self._tx_refused = True
+            if self.state in SYNCHRONIZED:
+                # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
+                self._enter_cwr(now, "local_congestion")
+        return ok
 
     def _data_options(self, now: float) -> bytes:
         """Options of a non-SYN segment: timestamps and SACK blocks (RFC 7323, 2018, 2883)."""
@@ -631,7 +651,9 @@ class Connection:
         return encode_options(mss=mss, ts=ts, sack_permitted=sack, wscale=wscale,
                               fastopen=fastopen, fastopen_exp=fastopen_exp, md5=self.md5_key is not None)
 
-    def _send_syn(self, now: float) -> None:
+    def _send_syn(self, now: float) -> bool:
+        """Send (or resend) the SYN or SYN-ACK; False if the local queue refused it, which
+        the first transmission ignores as Linux's tcp_connect/tcp_conn_request do (a loss)."""
         flags = SYN
         payload: list[memoryview] = []
         if self.state is State.SYN_RECEIVED:
@@ -643,7 +665,7 @@ class Connection:
             # ECE|CWR (RFC 3168 §6.1.1.1), in case a middlebox drops ECN-setup SYNs.
             flags |= ECE | CWR
         payload = self.stack.syn_payload(self)
-        self._emit(now, 0, flags, payload, options=self._syn_options(now, bool(flags & ACK), None))
+        ok = self._emit(now, 0, flags, payload, options=self._syn_options(now, bool(flags & ACK), None))
         end = 1 + sum(len(p) for p in payload)
         self.snd_nxt = max(self.snd_nxt, end)
         self.snd_max = max(self.snd_max, end)
@@ -655,6 +677,7 @@ class Connection:
             # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
             self.rtx[0].tx_count += 1
             self.rtx[0].tx_time = now
+        return ok
 
     # ------------------------------------------------------------------ opening
 
@@ -1626,17 +1649,18 @@ class Connection:
         if self.ecn_flags & ECN_OK:
             self.ecn_flags |= ECN_QUEUE_CWR
 
-    def _enter_cwr(self, now: float) -> None:
-        """Linux tcp_enter_cwr: an ECN echo halves cwnd (by the CC's ssthresh) at most once per
-        window of data (RFC 3168 §6.1.2), in the CWR state, paced by PRR like a recovery."""
+    def _enter_cwr(self, now: float, trigger: str = "ecn_echo") -> None:
+        """Linux tcp_enter_cwr: an ECN echo (or a locally refused transmission) reduces cwnd (by
+        the CC's ssthresh) at most once per window of data (RFC 3168 §6.1.2), in the CWR state,
+        paced by PRR like a recovery."""
         if self.ca_state >= CA_CWR:
             return
-        self.mib["UsertcpECNCwndReductions"] += 1
+        self.mib["UsertcpECNCwndReductions" if trigger == "ecn_echo" else "UsertcpLocalCwndReductions"] += 1
         self._init_cwnd_reduction(now)
         old = self.ca_state
         self.ca_state = CA_CWR
         if self.stack.tracer is not None:
-            self._trace_ca(old, "ecn_echo", now)
+            self._trace_ca(old, trigger, now)
 
     def _end_cwr(self, now: float) -> None:
         """Linux tcp_end_cwnd_reduction + TCP_CA_Open: cwnd settles at ssthresh."""
@@ -1896,11 +1920,12 @@ class Connection:
             if self.in_flight >= cwnd and not (not sent and self.ca_state == CA_RECOVERY
                                                and self.retrans_bytes == 0):
                 break
-            self._retransmit(r, now, i)
+            if not self._retransmit(r, now, i):
+                break             # Linux tcp_xmit_retransmit_queue stops at a failed one
             sent = True
         return sent
 
-    def _retransmit(self, r: SentSegment, now: float, index: int = 0) -> None:
+    def _retransmit(self, r: SentSegment, now: float, index: int = 0) -> bool:
         # Re-cut to the current MSS (the MSS may have shrunk).
         if r.end - r.start - (1 if r.fin else 0) > self.mss:
             tail = SentSegment(r.start + self.mss, r.end, r.fin, r.tx_time)
@@ -1918,7 +1943,8 @@ class Connection:
             flags |= FIN
         if dlen and r.start - 1 + dlen >= self.snd_buf.end:
             flags |= PSH
-        self._emit(now, r.start, flags, payload)
+        if not self._emit(now, r.start, flags, payload):
+            return self._retransmit_refused(r)
         if self.ca_state == CA_RECOVERY or self.ca_state == CA_CWR:
             self.prr_out += r.end - r.start
         r.retrans = True
@@ -1935,6 +1961,17 @@ class Connection:
             self.mib["TcpExtTCPFastRetrans"] += 1
         if self.rto_deadline == INF:
             self.rto_deadline = now + self.rtt.timeout
+        return True
+
+    def _retransmit_refused(self, r: SentSegment) -> bool:
+        """Linux __tcp_retransmit_skb when the local queue refused the copy: counted as a
+        retransmission (and TCPRetransFail), marked EVER_RETRANS so no RTT sample comes from
+        it (Karn), but not SACKED_RETRANS: it is not in flight and stays to be retransmitted."""
+        r.tx_count += 1
+        self.total_retrans += 1
+        self.mib["TcpRetransSegs"] += 1
+        self.mib["TcpExtTCPRetransFail"] += 1
+        return False
 
     def _send_new_data(self, now: float) -> bool:
         """RFC 9293 §3.8.6.2.1 sender SWS avoidance, Nagle (Minshall), cwnd and rwnd limits."""
@@ -1953,8 +1990,7 @@ class Connection:
             cwnd_room = self.cc.cwnd - self.in_flight
             if fin_now:
                 # A bare FIN is sent regardless of the windows' payload room.
-                self._emit_new(now, nxt, 0, fin=True)
-                return True
+                return self._emit_new(now, nxt, 0, fin=True) or sent
             if cwnd_room <= 0 or wnd_room <= 0:
                 break
             # With TSO the link cuts super-segments into MSS pieces (RFC 9293 §3.7.4 still
@@ -1987,7 +2023,8 @@ class Connection:
             # Inside a write the burst ends only where the windows stop it.
             burst_end = self.ca_state == CA_OPEN and not self.more_pending \
                 and (room_after < mss if self._mid_write else rest <= 0 or room_after < min(mss, rest))
-            self._emit_new(now, nxt, size, fin=fin, push=burst_end)
+            if not self._emit_new(now, nxt, size, fin=fin, push=burst_end):
+                break          # Linux tcp_write_xmit: a refused skb stays at the queue head
             sent = True
             if budget > 0:
                 budget -= size
@@ -1996,7 +2033,7 @@ class Connection:
         return sent
 
     def _emit_new(self, now: float, off: int, size: int, *, fin: bool, push: bool = False,
-                  force_psh: bool = False) -> None:
+                  force_psh: bool = False) -> bool:
         payload = self.snd_buf.views(off - 1, size) if size else []
         flags = ACK
         end_data = off - 1 + size
@@ -2008,7 +2045,8 @@ class Connection:
         if fin:
             flags |= FIN
         end = off + size + (1 if fin else 0)
-        self._emit(now, off, flags, payload, gso_size=self.mss if size > self.mss else 0)
+        if not self._emit(now, off, flags, payload, gso_size=self.mss if size > self.mss else 0):
+            return False       # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
         if self.ca_state == CA_RECOVERY or self.ca_state == CA_CWR:
             self.prr_out += end - off
         self.rtx.append(SentSegment(off, end, fin, now))
@@ -2021,14 +2059,19 @@ class Connection:
             self.rto_deadline = now + self.rtt.timeout
         if self.last_rcv_time and now - self.last_rcv_time < self.config.delack_min:
             self.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
+        return True
 
     def _arm_probe(self, now: float) -> None:
         """RFC 9293 §3.8.6.1: probe a zero window when data waits and nothing is in flight."""
         # Linux tcp_check_probe_timer also covers data held back by cork/MSG_MORE/Nagle with
         # nothing in flight: the probe timer (one RTO) then sends it (tcp_write_wakeup).
-        if self.snd_nxt == self.snd_una and self.unsent_bytes > 0:
+        # A FIN the local queue refused waits in the same way.
+        if self.snd_nxt == self.snd_una and (self.unsent_bytes > 0 or (
+                self.fin_queued and self.snd_nxt == self.snd_buf.end + 1)):
             if self.probe_deadline == INF:
                 self.probe_deadline = now + self.rtt.timeout
+                self.probe_backoff = 0      # a new episode (tcp_check_probe_timer)
+                self.probes_tstamp = -1.0
         elif self.probe_deadline != INF:
             self.probe_deadline = INF
             self.probes_out = 0
@@ -2123,6 +2166,7 @@ class Connection:
     def handle_timer(self, now: float) -> None:
         if self.state is State.CLOSED:
             return
+        self._tx_refused = False
         if now >= self.time_wait_deadline:
             self.time_wait_deadline = INF
             expired = "UsertcpTimeWaitExpired" if self.state is State.TIME_WAIT else "TcpExtTCPAbortOnTimeout"
@@ -2154,7 +2198,9 @@ class Connection:
         if self.state is not State.CLOSED and now >= self.keepalive_deadline:
             self.keepalive_deadline = INF
             self._on_keepalive(now)
-        if self.state is not State.CLOSED:
+        if self.state is not State.CLOSED and not self._tx_refused:
+            # After a refusal the timer handlers above have re-armed their retry; like Linux's
+            # timers, do not hammer the full local queue again in the same event.
             self.output(now)
         self._schedule()
 
@@ -2170,13 +2216,28 @@ class Connection:
                 self._fail(errno.ETIMEDOUT, now)
                 return
             self.syn_retries += 1
-            self.rtt.on_timeout()
-            self.mib["TcpExtTCPSynRetrans"] += 1
-            self.total_retrans += 1
-            self.mib["TcpRetransSegs"] += 1
-            self.rto_deadline = now + self.rtt.timeout
+            # A passive open resends its SYN-ACK as a request sock (tcp_rtx_synack counts only
+            # what left); an active one retransmits its SYN like data (__tcp_retransmit_skb).
+            passive = st is State.SYN_RECEIVED and self.passive
+            if not passive:
+                self._count_syn_retrans()
             self.stack.syn_rto(self, now)
-            self._send_syn(now)
+            if self._send_syn(now):
+                if passive:
+                    self._count_syn_retrans()
+            elif not passive:
+                # Linux tcp_retransmit_timer: local congestion, retry soon without backoff.
+                self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
+                return
+            elif self.listener is None or self not in self.listener.tfo_children:
+                # Linux reqsk_timer_handler: a request whose SYN-ACK cannot be resent is
+                # dropped (a TFO child, tcp_fastopen_synack_timer, ignores the error).
+                self.mib["UsertcpSynAckLocalDrops"] += 1
+                self.stack.forget_embryonic(self)
+                self._close_now(now)
+                return
+            self.rtt.on_timeout()
+            self.rto_deadline = now + self.rtt.timeout
             return
         if self.snd_una >= self.snd_max:
             return
@@ -2215,10 +2276,18 @@ class Connection:
         self.retrans_bytes = 0
         self.lost_bytes = sum(r.end - r.start for r in self.rtx if r.lost)
         self.retransmits += 1
+        if self.rtx and not self._retransmit(self.rtx[0], now):
+            # Linux tcp_retransmit_timer: the retransmission failed for local congestion; retry
+            # after TCP_RESOURCE_PROBE_INTERVAL, without backing the RTO off.
+            self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
+            return
         self.rtt.on_timeout()
-        if self.rtx:
-            self._retransmit(self.rtx[0], now)
         self.rto_deadline = now + self.rtt.timeout
+
+    def _count_syn_retrans(self) -> None:
+        self.mib["TcpExtTCPSynRetrans"] += 1
+        self.total_retrans += 1
+        self.mib["TcpRetransSegs"] += 1
 
     def _arm_tlp(self, now: float) -> None:
         """RFC 8985 §7.2: arm the probe timeout (PTO) while data is outstanding in Open/CWR state."""
@@ -2247,15 +2316,15 @@ class Connection:
         """RFC 8985 §7.3: send one new segment if possible, else retransmit the last one."""
         if self.snd_max <= self.snd_una or self.ca_state not in (CA_OPEN, CA_CWR):
             return
-        self.mib["TcpExtTCPLossProbes"] += 1
         data_end = self.snd_buf.end + 1
         room = self.snd_una + self.snd_wnd - self.snd_nxt
         avail = data_end - self.snd_nxt
         if avail > 0 and room > 0:
             size = min(self.mss, avail, room)
-            self._emit_new(now, self.snd_nxt, size, fin=self.fin_queued and self.snd_nxt + size == data_end)
+            sent = self._emit_new(now, self.snd_nxt, size,
+                                  fin=self.fin_queued and self.snd_nxt + size == data_end)
         elif avail <= 0 and self.fin_queued and self.snd_nxt == data_end:
-            self._emit_new(now, self.snd_nxt, 0, fin=True)
+            sent = self._emit_new(now, self.snd_nxt, 0, fin=True)
         else:
             idx = len(self.rtx) - 1
             while idx >= 0 and self.rtx[idx].sacked:
@@ -2277,7 +2346,10 @@ class Connection:
             if r.retrans:
                 return
             self.mib["TcpExtTCPLossProbeRecovery" if r.lost else "UsertcpLossProbeRetrans"] += 1
-            self._retransmit(r, now, idx)
+            sent = self._retransmit(r, now, idx)
+        if not sent:
+            return      # Linux tcp_send_loss_probe: refused locally, the RTO stays as armed
+        self.mib["TcpExtTCPLossProbes"] += 1
         self.tlp_high = self.snd_max
         self.rto_deadline = now + self.rtt.timeout
 
@@ -2289,25 +2361,52 @@ class Connection:
         return now - start >= self.user_timeout
 
     def _on_probe(self, now: float) -> None:
-        """A zero-window probe: Linux sends an ACK with SEQ = SND.UNA - 1 (tcp_xmit_probe_skb)."""
-        if self.unsent_bytes == 0:
-            self.probes_out = 0
+        """The probe timer: data (or a FIN) waits and nothing is in flight (Linux tcp_probe_timer,
+        tcp_send_probe0). With the window open the held data goes out (tcp_write_wakeup), else a
+        zero-window probe: an ACK with SEQ = SND.UNA - 1 (tcp_xmit_probe_skb). A probe the local
+        queue refused is retried every TCP_RESOURCE_PROBE_INTERVAL without backoff; the count
+        (tcpi_probes) still grows, and TCP_USER_TIMEOUT runs from the episode's first probe."""
+        data_end = self.snd_buf.end + 1
+        fin_unsent = self.fin_queued and self.snd_nxt == data_end
+        if self.snd_nxt > self.snd_una or (self.unsent_bytes == 0 and not fin_unsent):
+            self._end_probes()
+            return
+        if self.probes_tstamp < 0:
+            self.probes_tstamp = now
+        elif self.user_timeout and now - self.probes_tstamp >= self.user_timeout:
+            self._fail(errno.ETIMEDOUT, now)
+            return
+        if self.probes_out >= self.config.retries2:
+            self._fail(errno.ETIMEDOUT, now)
             return
         room = self.snd_una + self.snd_wnd - self.snd_nxt
         if room > 0:
             # Linux tcp_write_wakeup: the window is open, so send held data now, with PSH.
             size = min(self.mss, self.unsent_bytes, room)
-            self._emit_new(now, self.snd_nxt, size, fin=False, force_psh=True)
-            self.probes_out = 0
-            return
-        if self.probes_out >= self.config.retries2 or (self.user_timeout and
-                                                        now - self.first_rto_time >= self.user_timeout):
-            self._fail(errno.ETIMEDOUT, now)
-            return
+            if self._emit_new(now, self.snd_nxt, size, fin=fin_unsent or (self.fin_queued and
+                                                                        self.snd_nxt + size == data_end),
+                              force_psh=True):
+                self._end_probes()          # in flight now: the RTO takes over
+                return
+            sent = False
+        else:
+            self.mib["UsertcpWindowProbes"] += 1
+            sent = self._emit(now, self.snd_una - 1, ACK)
         self.probes_out += 1
-        self.mib["UsertcpWindowProbes"] += 1
-        self._emit(now, self.snd_una - 1, ACK)
-        self.probe_deadline = now + min(self.rtt.rto * (1 << min(self.probes_out, 12)), self.config.rto_max)
+        if sent:
+            self.probe_backoff = min(self.probe_backoff + 1, self.config.retries2)
+            when = min(self.rtt.rto * (1 << self.probe_backoff), self.config.rto_max)
+        else:
+            when = RESOURCE_PROBE_INTERVAL  # local congestion: no backoff (tcp_send_probe0)
+        if self.user_timeout:
+            # Linux tcp_clamp_probe0_to_user_timeout: never sleep past the user timeout.
+            when = min(when, max(self.user_timeout - (now - self.probes_tstamp), TIMEOUT_MIN))
+        self.probe_deadline = now + when
+
+    def _end_probes(self) -> None:
+        self.probes_out = 0
+        self.probe_backoff = 0
+        self.probes_tstamp = -1.0
 
     def _on_keepalive(self, now: float) -> None:
         """RFC 1122 §4.2.3.6 keepalive, Linux's probe form (SEQ = SND.UNA - 1, no data)."""
@@ -2321,10 +2420,14 @@ class Connection:
             self.mib["TcpExtTCPAbortOnTimeout"] += 1
             self._fail(errno.ETIMEDOUT, now, send_rst=True)
             return
-        self.probes_out += 1
         self.mib["UsertcpKeepaliveProbes"] += 1
-        self._emit(now, self.snd_una - 1, ACK)
-        self.keepalive_deadline = now + self.keepalive_intvl
+        if self._emit(now, self.snd_una - 1, ACK):
+            self.probes_out += 1
+            self.keepalive_deadline = now + self.keepalive_intvl
+        else:
+            # Linux tcp_keepalive_timer: a probe lost to local congestion is not counted and
+            # is retried after TCP_RESOURCE_PROBE_INTERVAL.
+            self.keepalive_deadline = now + RESOURCE_PROBE_INTERVAL
 
     # ----------------------------------------------------------------- tcp_info
 

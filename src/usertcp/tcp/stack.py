@@ -193,6 +193,10 @@ class Stack:
         self.tx_csum_offload = False
         self.tracer: Callable[[dict[str, Any]], None] | None = None
         self.hooks: Any = None            # feature extensions (fast open, preload, MD5)
+        # Set by a driver or link whose local queue can refuse a packet (Linux: a qdisc
+        # answering NET_XMIT_DROP): called with each packet before it is queued for
+        # ``datagrams_to_send``; True means refused, and TCP reacts to the local congestion.
+        self.tx_refuse: Callable[[TxPacket], bool] | None = None
         self.now = 0.0
 
     # ------------------------------------------------------------ Endpoint API
@@ -357,8 +361,18 @@ class Stack:
 
     # ------------------------------------------------------- used by Connection
 
-    def output(self, pkt: TxPacket) -> None:
+    def output(self, pkt: TxPacket) -> bool:
+        """Queue one packet for the link; False if ``tx_refuse`` refused it (counted).
+
+        The caller learns of the refusal synchronously, as Linux's TCP does from
+        ip_queue_xmit()'s NET_XMIT_DROP (tcp_transmit_skb returns > 0).
+        """
+        refuse = self.tx_refuse
+        if refuse is not None and refuse(pkt):
+            self.counters["UsertcpTxLocalDrops"] += 1
+            return False
         self._out.append(pkt)
+        return True
 
     def schedule(self, conn: Connection, deadline: float) -> None:
         self._timer_seq += 1
