@@ -346,3 +346,15 @@ def test_path_mtu_discovery_over_a_narrow_link(addresses: tuple[str, str]) -> No
     too_big = pair.link.directions[0].stats.too_big
     assert too_big >= 1 and pair.a.counters["Icmp6InPktTooBigs" if v6 else "IcmpInDestUnreachs"] == too_big
     assert pair.a.counters["UsertcpPmtuReductions"] == 1
+
+
+def test_df_bit_follows_the_pmtu_discovery_mode() -> None:
+    peer = established()
+    conn = peer.conn
+    assert conn is not None
+    for mode, df in ((1, True), (2, True), (0, False), (3, False)):
+        conn.pmtudisc = mode
+        conn.send(b"x", peer.now)
+        (sent,) = peer.drain()
+        assert bool(sent.raw[6] & 0x40) is df, mode
+        peer.send(".", 1, conn.snd_nxt)

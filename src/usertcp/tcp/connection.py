@@ -61,6 +61,8 @@ if TYPE_CHECKING:
     from usertcp.tcp.stack import Listener, Stack
 
 INF = float("inf")
+# Linux ip_dont_fragment(): IPv4 DF only with IP_PMTUDISC_WANT (the default) or IP_PMTUDISC_DO.
+_DF_MODES = (1, 2)
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 MAX_WINDOW = 65535
 GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
@@ -585,7 +587,7 @@ class Connection:
                            dport=self.remote_port, seq=(self.iss + off) & SEQ_MASK, ack=ack, flags=flags,
                            window=window, options=options, payload=payload, ttl=self.config.ttl,
                            tos=tos, md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
-                           gso_size=gso_size)
+                           gso_size=gso_size, df=self.pmtudisc in _DF_MODES)
         # Only an explicit False is a refusal: a wrapper of output() that drops its result
         # (it returned None before refusals existed) must not read as one.
         ok = self.stack.output(pkt) is not False
