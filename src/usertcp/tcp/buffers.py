@@ -95,11 +95,17 @@ class SendBuffer:
     def room(self, size_goal: int, sndbuf: int) -> int:
         """Bytes one write could queue now (tcp_sendmsg_locked without transmissions): fill
         the tail skb, then open skbs of ``size_goal`` while sk_stream_memory_free()."""
-        room = self.tail_room(size_goal)
-        q = self.wmem_queued + room
+        # Inlined tail_room() and wmem_queued: applications poll this after every event.
+        skb = self._skb
+        live = len(skb) - self._skb_head
+        room = 0
+        if live and skb[-1] >= self._sent:
+            room = size_goal - (self.end - skb[-1])
+            if room < 0:
+                room = 0
+        q = self.end - self.start + live * SKB_TRUESIZE_OVERHEAD + room
         if q < sndbuf:
-            per = size_goal + SKB_TRUESIZE_OVERHEAD
-            room += -(-(sndbuf - q) // per) * size_goal
+            room += -(-(sndbuf - q) // (size_goal + SKB_TRUESIZE_OVERHEAD)) * size_goal
         return room
 
     def mark_sent(self, upto: int, chunk: int) -> None:
