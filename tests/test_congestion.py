@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from peer import MASK, ScriptedPeer
 from usertcp.tcp.congestion import (
     AVAILABLE,
     INFINITE_SSTHRESH,
@@ -14,6 +15,7 @@ from usertcp.tcp.congestion import (
     NewReno,
     create_congestion_control,
 )
+from usertcp.wire.tcp import encode_options
 
 MSS = 1000
 
@@ -280,3 +282,27 @@ def test_cubic_recovery_exit_and_info() -> None:
     assert info["tcpi_ca_name"] == "cubic"
     assert info["tcpi_snd_cwnd"] == 35 and info["tcpi_snd_ssthresh"] == 35
     assert info["cubic_w_max"] == 50
+
+
+def test_ack_that_starts_recovery_does_not_grow_cwnd_first() -> None:
+    """Linux tcp_ack runs tcp_fastretrans_alert before tcp_cong_control: the ACK that reveals
+    the loss (here: acks 2 segments, SACKs 5 above a 3-segment hole) sets ssthresh from the
+    window as it was, not from the window grown by the 2 newly acked segments."""
+    peer = ScriptedPeer()
+    peer.listen()
+    peer.send("S", 0, options=encode_options(mss=1000, sack_permitted=True))
+    peer.expect("S.", 0, 1)
+    peer.advance(0.05)
+    peer.send(".", 1, 1)
+    conn = peer.listener.accept() if peer.listener else None
+    assert conn is not None
+    mss = conn.mss
+    assert conn.cc.cwnd == 10 * mss
+    conn.send(b"d" * (10 * mss), peer.now)
+    assert len(peer.drain()) >= 1
+    peer.advance(0.05)
+    peer.send(".", 1, 1 + 2 * mss, options=encode_options(sack_blocks=[
+        ((peer.local_isn + 1 + 5 * mss) & MASK, (peer.local_isn + 1 + 10 * mss) & MASK)]))
+    assert conn.info()["tcpi_ca_state"] == 3                       # TCP_CA_Recovery
+    # CUBIC beta 0.7 of the 10-segment window (the old order grew it by 7 first: 11.9).
+    assert conn.cc.ssthresh == 7 * mss

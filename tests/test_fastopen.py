@@ -180,6 +180,21 @@ def test_tfo_child_sends_in_syn_received_after_synack() -> None:
     assert conn.state is State.ESTABLISHED and conn.snd_una == 12 and peer.out() == []
 
 
+def test_tfo_child_first_flight_is_a_full_initial_window() -> None:
+    # Linux counts packets: the SYN-ACK is not in the child's packets_out, so its sequence
+    # byte takes no room from the 10 segments of the first flight (RFC 6928 IW10).
+    st, peer = tfo()
+    peer.syn(payload=b"req", cookie=COOKIE)
+    peer.synack()
+    conn = st.listeners[(b"", 25)].accept()
+    assert conn is not None
+    mss = conn.mss
+    conn.send(b"r" * (12 * mss), peer.now)
+    conn.output(peer.now)
+    sent = data_of(peer.out(), peer.server_isn)
+    assert sum(len(v) for v in sent.values()) == 10 * mss and conn.state is State.SYN_RECEIVED
+
+
 def test_tfo_child_synack_retransmitted_by_rto() -> None:
     st, peer = tfo()
     peer.syn(payload=b"req", cookie=COOKIE)

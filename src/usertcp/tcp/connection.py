@@ -1337,7 +1337,12 @@ class Connection:
                 self.reno_dupacks = 0          # new data acked: the dupack episode is over
                 if not self.lost_bytes and self.ca_state == CA_DISORDER:
                     self.ca_state = CA_OPEN
-            if self.ca_state != CA_RECOVERY and self.ca_state != CA_CWR:
+            if self.sacked_bytes:
+                self._detect_losses(now)
+            # Linux tcp_ack: tcp_fastretrans_alert runs before tcp_cong_control, so an ACK that
+            # starts fast recovery does not grow the window (and ssthresh) first.
+            starts_recovery = self.sack_ok and self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER)
+            if self.ca_state != CA_RECOVERY and self.ca_state != CA_CWR and not starts_recovery:
                 # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
                 # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
                 # held during fast recovery (RFC 6675 §5).
@@ -1345,8 +1350,6 @@ class Connection:
                                prior_in_flight,
                                app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss
                                and not self.unsent_bytes)
-            if self.sacked_bytes:
-                self._detect_losses(now)
         elif ack_off == self.snd_una and self.snd_max > self.snd_una:
             # RFC 5681 §2 duplicate ACK: no data, no window change, data outstanding.
             if not plen and not flags & (SYN | FIN) and (win == self.snd_wnd or sack_new):
@@ -1989,7 +1992,9 @@ class Connection:
                 break
             wnd_right = self.snd_una + self.snd_wnd
             wnd_room = wnd_right - nxt
-            cwnd_room = self.cc.cwnd - self.in_flight
+            # Linux counts packets: a fast-open child's unacknowledged SYN-ACK is not in its
+            # packets_out, so its sequence byte takes no room from the first flight's cwnd.
+            cwnd_room = self.cc.cwnd - self.in_flight + (1 if self.snd_una == 0 else 0)
             if fin_now:
                 # A bare FIN is sent regardless of the windows' payload room.
                 return self._emit_new(now, nxt, 0, fin=True) or sent
