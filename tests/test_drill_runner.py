@@ -415,3 +415,23 @@ def test_script_fd_of_an_open_socket_is_reused() -> None:
     text = HANDSHAKE + "   +0 close(3) = 0\n" + again + "   +0 write(4, ..., 10) = 10\n" \
         + "   +0 > P. 1:11(10) ack 1\n"
     assert_passed(run(text))
+
+
+def test_msg_preload_needs_a_listening_socket_and_checks_contents() -> None:
+    opening = """
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
+   +0 bind(3, ..., ...) = 0
+"""
+    # Not listening yet: EINVAL, as our socket API (and the patch set) answer.
+    assert_passed(run(opening + '   +0 send(3, "hi", 2, MSG_PRELOAD) = -1 EINVAL (Invalid argument)\n'))
+    script = opening + """   +0 listen(3, 1) = 0
+   +0 send(3, "hi\\r\\n", 4, MSG_PRELOAD) = 4
+   +0 < S 0:0(0) win 65535 <mss 1460>
+   +0 > S. 0:0(0) ack 1 <mss 1460>
+   +0 < . 1:1(0) ack 1 win 65535
+   +0 > P. 1:5(4) ack 1 payload "hi\\r\\n"
+"""
+    assert_passed(run(script))
+    res = run(script.replace('payload "hi\\r\\n"', 'payload "ho\\r\\n"'))
+    assert res.status == "failed" and "payload" in res.reason

@@ -315,6 +315,7 @@ SYMBOLS: dict[str, int] = {
     "MSG_MORE": 0x8000,
     "MSG_ZEROCOPY": 0x4000000,
     "MSG_FASTOPEN": 0x20000000,
+    "MSG_PRELOAD": 0x10000000,  # the listener-preload patch set (include/linux/socket.h)
     "MSG_CMSG_CLOEXEC": 0x40000000,
     # open/fcntl (asm-generic/fcntl.h)
     "O_RDONLY": 0,
