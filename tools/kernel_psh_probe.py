@@ -1,0 +1,129 @@
+"""Which PSH flags does *this machine's* Linux kernel put on two corpus write patterns?
+
+Run as root: ``.venv/bin/python tools/kernel_psh_probe.py``.  Each probe creates its own
+network namespace with a TUN device, makes the kernel a TCP client of a hand-driven peer
+(10.77.0.2, inside the namespace only), replays the writes of an upstream packetdrill script
+and prints the kernel's data segments.  It is the evidence behind the notes on
+nagle/https_client.pkt and sack/sack-route-refresh-ip-tos.pkt (see issue 3): the scripts were
+recorded on older kernels, and the probe shows what a current one does.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from netns_helpers import PEER, TCP_ACK, TCP_PSH, TCP_SYN, US, PacketReader, Tcp, build_tcp  # noqa: E402
+
+from usertcp.net import netns  # noqa: E402
+from usertcp.net.tun import TunDevice  # noqa: E402
+from usertcp.wire.segment import TxPacket  # noqa: E402
+
+
+def _session(offload: bool, sysctls: list[str], body: Callable[[TunDevice, PacketReader, str], None]) -> None:
+    ns = netns.create_namespace("pshprobe")
+    try:
+        dev = TunDevice.open("ut0", offload=offload, netns=ns)
+        try:
+            dev.configure(peer_address=f"{PEER}/24", mtu=1500)
+            for s in sysctls:
+                subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", s], check=True)
+            body(dev, PacketReader(dev.read_batch, dev.fd), ns)
+        finally:
+            dev.close()
+    finally:
+        netns.remove_namespace(ns)
+
+
+def _show(seg: Tcp, base: int) -> None:
+    rel = seg.seq - base
+    print(f"  {'P.' if seg.flags & TCP_PSH else '. '} {rel}:{rel + len(seg.payload)}({len(seg.payload)})")
+
+
+def https_client(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """nagle/https_client.pkt: no TSO/GSO on the device, TCP_NODELAY, mss 974, writes 517, 51, 2002."""
+    def connect() -> socket.socket:
+        s = socket.socket()
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.setblocking(False)
+        s.connect_ex((US, 443))
+        return s
+
+    s = netns.call_in_namespace(ns, connect)
+    syn, _, _ = rd.next(lambda seg, p, ok: seg.flags == TCP_SYN)
+    base, me = syn.seq, 5001
+    opts = struct.pack("!BBH", 2, 4, 974) + bytes([1, 1, 4, 2, 1, 3, 3, 7])
+    dev.write(TxPacket(build_tcp(US, PEER, 443, syn.sport, me - 1, base + 1, TCP_SYN | TCP_ACK, window=5792,
+                                 options=opts)[0]))
+    rd.next(lambda seg, p, ok: seg.flags == TCP_ACK)
+    for n, pause in ((517, 0.1), (51, 0.03), (2002, 0.0)):
+        s.send(b"x" * n)
+        want = base + 1 + {517: 517, 51: 568, 2002: 2570}[n]
+        end = 0
+        while end < want:
+            seg, _, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0)
+            _show(seg, base)
+            end = seg.seq + len(seg.payload)
+        time.sleep(pause)
+        hdr, _ = build_tcp(US, PEER, 443, syn.sport, me, end, TCP_ACK, window=229)
+        dev.write(TxPacket(hdr))
+    s.close()
+
+
+def sack_route_refresh(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """sack/sack-route-refresh-ip-tos.pkt: TSO device, writes 5840, 5840, 14600, then a SACK."""
+    def connect() -> socket.socket:
+        s = socket.socket()
+        s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT
+        s.setblocking(False)
+        s.connect_ex((US, 8080))
+        return s
+
+    s = netns.call_in_namespace(ns, connect)
+    syn, _, _ = rd.next(lambda seg, p, ok: seg.flags == TCP_SYN)
+    base, me = syn.seq, 9001
+    opts = struct.pack("!BBH", 2, 4, 1460) + bytes([1, 3, 3, 2, 1, 1, 4, 2])
+    dev.write(TxPacket(build_tcp(US, PEER, 8080, syn.sport, me - 1, base + 1, TCP_SYN | TCP_ACK, window=65535,
+                                 options=opts)[0]))
+    rd.next(lambda seg, p, ok: seg.flags == TCP_ACK)
+
+    def ack(n: int, sack: tuple[tuple[int, int], ...] = ()) -> None:
+        o = b""
+        if sack:
+            o = bytes([1, 1, 5, 2 + 8 * len(sack)]) + b"".join(
+                struct.pack("!II", base + a, base + b) for a, b in sack)
+        dev.write(TxPacket(build_tcp(US, PEER, 8080, syn.sport, me, base + n, TCP_ACK, window=65535,
+                                     options=o)[0]))
+
+    for n, upto, acked in ((5840, 5841, True), (5840, 11681, True), (14600, 26281, False)):
+        time.sleep(0.01)
+        s.send(b"x" * n)
+        end = 0
+        while end < base + upto:
+            seg, _, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0)
+            _show(seg, base)
+            end = seg.seq + len(seg.payload)
+        if acked:
+            time.sleep(0.01)
+            ack(upto)
+    time.sleep(0.01)
+    ack(13141, ((16061, 17521), (20441, 26281)))
+    print("  after <sack 16061:17521 20441:26281>, ack 13141:")
+    for _ in range(3):
+        seg, _, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0)
+        _show(seg, base)
+    s.close()
+
+
+if __name__ == "__main__":
+    print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
+    print("https_client (script expects P. on 1543:2517):")
+    _session(False, ["net.ipv4.tcp_timestamps=0"], https_client)
+    print("sack-route-refresh-ip-tos (script expects . 13141:16061, P. 17521:20441):")
+    _session(True, [], sack_route_refresh)
