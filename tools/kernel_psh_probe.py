@@ -19,11 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from netns_helpers import PEER, TCP_ACK, TCP_PSH, TCP_SYN, US, PacketReader, Tcp, build_tcp  # noqa: E402
-
-from usertcp.net import netns  # noqa: E402
-from usertcp.net.tun import TunDevice  # noqa: E402
-from usertcp.wire.segment import TxPacket  # noqa: E402
+from netns_helpers import PEER, TCP_ACK, TCP_PSH, TCP_SYN, US, PacketReader, Tcp, build_tcp
+from usertcp.net import netns
+from usertcp.net.tun import TunDevice
+from usertcp.wire.segment import TxPacket
 
 
 def _session(offload: bool, sysctls: list[str], body: Callable[[TunDevice, PacketReader, str], None]) -> None:
