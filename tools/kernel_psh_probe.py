@@ -40,6 +40,29 @@ def _session(offload: bool, sysctls: list[str], body: Callable[[TunDevice, Packe
         netns.remove_namespace(ns)
 
 
+def _kernel_connects(dev: TunDevice, rd: PacketReader, ns: str, port: int,
+                     sockopts: list[tuple[int, int, int]], synack_opts: bytes,
+                     window: int) -> tuple[socket.socket, Tcp, int]:
+    """The kernel connects to us (``port``) with ``sockopts``; we answer its SYN and wait for
+    its ACK. Returns (the kernel's socket, its SYN, our next sequence number)."""
+    def connect() -> socket.socket:
+        s = socket.socket()
+        for level, name, value in sockopts:
+            s.setsockopt(level, name, value)
+        s.setblocking(False)
+        s.connect_ex((US, port))
+        return s
+
+    s = netns.call_in_namespace(ns, connect)
+    syn, _, _ = rd.next(lambda seg, p, ok: seg.flags == TCP_SYN)
+    iss = 5000
+    hdr, _ = build_tcp(US, PEER, port, syn.sport, iss, syn.seq + 1, TCP_SYN | TCP_ACK, window=window,
+                       options=synack_opts)
+    dev.write(TxPacket(hdr))
+    rd.next(lambda seg, p, ok: seg.flags == TCP_ACK)
+    return s, syn, iss + 1
+
+
 def _show(seg: Tcp, base: int) -> None:
     rel = seg.seq - base
     print(f"  {'P.' if seg.flags & TCP_PSH else '. '} {rel}:{rel + len(seg.payload)}({len(seg.payload)})")
@@ -47,20 +70,9 @@ def _show(seg: Tcp, base: int) -> None:
 
 def https_client(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """nagle/https_client.pkt: no TSO/GSO on the device, TCP_NODELAY, mss 974, writes 517, 51, 2002."""
-    def connect() -> socket.socket:
-        s = socket.socket()
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        s.setblocking(False)
-        s.connect_ex((US, 443))
-        return s
-
-    s = netns.call_in_namespace(ns, connect)
-    syn, _, _ = rd.next(lambda seg, p, ok: seg.flags == TCP_SYN)
-    base, me = syn.seq, 5001
     opts = struct.pack("!BBH", 2, 4, 974) + bytes([1, 1, 4, 2, 1, 3, 3, 7])
-    dev.write(TxPacket(build_tcp(US, PEER, 443, syn.sport, me - 1, base + 1, TCP_SYN | TCP_ACK, window=5792,
-                                 options=opts)[0]))
-    rd.next(lambda seg, p, ok: seg.flags == TCP_ACK)
+    s, syn, me = _kernel_connects(dev, rd, ns, 443, [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], opts, 5792)
+    base = syn.seq
     for n, pause in ((517, 0.1), (51, 0.03), (2002, 0.0)):
         s.send(b"x" * n)
         want = base + 1 + {517: 517, 51: 568, 2002: 2570}[n]
@@ -77,21 +89,10 @@ def https_client(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 
 def sack_route_refresh(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """sack/sack-route-refresh-ip-tos.pkt: TSO device, writes 5840, 5840, 14600, then a SACK."""
-    def connect() -> socket.socket:
-        s = socket.socket()
-        s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT
-        s.setblocking(False)
-        s.connect_ex((US, 8080))
-        return s
-
-    s = netns.call_in_namespace(ns, connect)
-    syn, _, _ = rd.next(lambda seg, p, ok: seg.flags == TCP_SYN)
-    base, me = syn.seq, 9001
     opts = struct.pack("!BBH", 2, 4, 1460) + bytes([1, 3, 3, 2, 1, 1, 4, 2])
-    dev.write(TxPacket(build_tcp(US, PEER, 8080, syn.sport, me - 1, base + 1, TCP_SYN | TCP_ACK, window=65535,
-                                 options=opts)[0]))
-    rd.next(lambda seg, p, ok: seg.flags == TCP_ACK)
-
+    # IP_MTU_DISCOVER (10) = IP_PMTUDISC_DONT, as the script sets it.
+    s, syn, me = _kernel_connects(dev, rd, ns, 8080, [(socket.IPPROTO_IP, 10, 0)], opts, 65535)
+    base = syn.seq
     def ack(n: int, sack: tuple[tuple[int, int], ...] = ()) -> None:
         o = b""
         if sack:
