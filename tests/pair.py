@@ -116,5 +116,35 @@ def transfer(pair: Pair, sender: Connection, receiver: Connection, data: bytes, 
     return bytes(got)
 
 
+class Transfers:
+    """Several sans-IO transfers driven step by step: ``plan`` is (sender, receiver, data) each;
+    every ``step`` feeds senders (half-closing when done) and drains receivers."""
+
+    def __init__(self, plan: list[tuple[Connection, Connection, bytes]]) -> None:
+        self.plan = plan
+        self.sent = {id(s): 0 for s, _, _ in plan}
+        self.got = {id(r): bytearray() for _, r, _ in plan}
+
+    @property
+    def done(self) -> bool:
+        return all(len(self.got[id(r)]) == len(d) and r.fin_received for _, r, d in self.plan)
+
+    def progress(self) -> list[int]:
+        return [len(self.got[id(r)]) for _, r, _ in self.plan]
+
+    def step(self, now: float) -> None:
+        sent, got = self.sent, self.got
+        for s, r, d in self.plan:
+            while sent[id(s)] < len(d) and s.send_space > 0:
+                n = s.send(d[sent[id(s)]:sent[id(s)] + 65536], now)
+                if not n:
+                    break
+                sent[id(s)] += n
+            if sent[id(s)] == len(d) and not s.write_shutdown:
+                s.shutdown(False, True, now)
+            if r.readable_bytes:
+                got[id(r)] += r.recv(1 << 22, now)
+
+
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

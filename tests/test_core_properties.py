@@ -21,7 +21,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pair import make_pair
+from pair import Transfers, make_pair
 from peer import ISN_SECRET, PEER_ISN, TS_SECRET, ScriptedPeer
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.config import StackConfig
@@ -312,27 +312,14 @@ def attacked_transfer(seed: int, per_tick: int, limit: int, invalid_ratelimit: f
     targets = [(pair.a, client), (pair.b, server)]
     buckets: dict[tuple[int, int], int] = {}
     injected: dict[str, int] = {}
-    sent = {id(client): 0, id(server): 0}
-    got = {id(client): bytearray(), id(server): bytearray()}
-    plan = [(client, server, up), (server, client, down)]
+    transfers = Transfers([(client, server, up), (server, client, down)])
+    got = transfers.got
     deadline = drv.now() + 120.0
 
-    def done() -> bool:
-        return all(len(got[id(r)]) == len(d) and r.fin_received for _, r, d in plan)
-
-    while not done():
+    while not transfers.done:
         now = drv.now()
-        assert now < deadline, f"transfer stalled: {[len(got[id(r)]) for _, r, _ in plan]}"
-        for s, r, d in plan:
-            while sent[id(s)] < len(d) and s.send_space > 0:
-                n = s.send(d[sent[id(s)]:sent[id(s)] + 65536], now)
-                if not n:
-                    break
-                sent[id(s)] += n
-            if sent[id(s)] == len(d) and not s.write_shutdown:
-                s.shutdown(False, True, now)
-            if r.readable_bytes:
-                got[id(r)] += r.recv(1 << 22, now)
+        assert now < deadline, f"transfer stalled: {transfers.progress()}"
+        transfers.step(now)
         for i, (stack, conn) in enumerate(targets):
             if conn.state in (State.CLOSED, State.TIME_WAIT):
                 continue   # a SYN may legitimately reopen a TIME-WAIT pair (RFC 9293 §3.10.7.4, RFC 6191)

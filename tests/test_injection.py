@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import pytest
 
-from pair import make_pair
+from pair import Transfers, make_pair
 from peer import ISN_SECRET, TS_SECRET
 from test_core_properties import attack_segment
 from usertcp.net.memnet import LinkConfig
@@ -39,27 +39,17 @@ def test_thousands_of_blind_segments_during_a_transfer(name: str, cfg: StackConf
     drv = pair.driver
     rng = random.Random(seed)
     up, down = rng.randbytes(2 << 20), rng.randbytes(1 << 20)
-    plan = [(client, server, up), (server, client, down)]
-    sent = {id(client): 0, id(server): 0}
-    got = {id(client): bytearray(), id(server): bytearray()}
+    transfers = Transfers([(client, server, up), (server, client, down)])
+    got = transfers.got
     targets = [(pair.a, client), (pair.b, server)]
     injected: dict[str, int] = {}
     per_second: dict[tuple[int, int], int] = {}
     rejected = 0
     deadline = drv.now() + 300.0
-    while not all(len(got[id(r)]) == len(d) and r.fin_received for _, r, d in plan):
+    while not transfers.done:
         now = drv.now()
-        assert now < deadline, f"stalled: {[len(got[id(r)]) for _, r, _ in plan]}"
-        for s, r, d in plan:
-            while sent[id(s)] < len(d) and s.send_space > 0:
-                n = s.send(d[sent[id(s)]:sent[id(s)] + 65536], now)
-                if not n:
-                    break
-                sent[id(s)] += n
-            if sent[id(s)] == len(d) and not s.write_shutdown:
-                s.shutdown(False, True, now)
-            if r.readable_bytes:
-                got[id(r)] += r.recv(1 << 22, now)
+        assert now < deadline, f"stalled: {transfers.progress()}"
+        transfers.step(now)
         for i, (stack, conn) in enumerate(targets):
             if conn.state not in (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2, State.CLOSE_WAIT):
                 continue     # a SYN may legitimately reopen a TIME-WAIT pair (RFC 6191)
