@@ -289,12 +289,12 @@ def test_ack_that_starts_recovery_does_not_grow_cwnd_first() -> None:
     the loss (here: acks 2 segments, SACKs 5 above a 3-segment hole) sets ssthresh from the
     window as it was, not from the window grown by the 2 newly acked segments."""
     peer = ScriptedPeer()
-    peer.listen()
+    lst = peer.listen()
     peer.send("S", 0, options=encode_options(mss=1000, sack_permitted=True))
     peer.expect("S.", 0, 1)
     peer.advance(0.05)
     peer.send(".", 1, 1)
-    conn = peer.listener.accept() if peer.listener else None
+    conn = lst.accept()
     assert conn is not None
     mss = conn.mss
     assert conn.cc.cwnd == 10 * mss

@@ -61,8 +61,10 @@ if TYPE_CHECKING:
     from usertcp.tcp.stack import Listener, Stack
 
 INF = float("inf")
+# Path-MTU discovery modes (IP_MTU_DISCOVER values, linux/in.h).
+IP_PMTUDISC_DONT, IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE = 0, 1, 2, 3
 # Linux ip_dont_fragment(): IPv4 DF only with IP_PMTUDISC_WANT (the default) or IP_PMTUDISC_DO.
-_DF_MODES = (1, 2)
+_DF_MODES = (IP_PMTUDISC_WANT, IP_PMTUDISC_DO)
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 MAX_WINDOW = 65535
 GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
@@ -170,7 +172,7 @@ class Connection:
         # connection times out; IP_RECVERR makes errors hard; the path MTU from PMTU discovery.
         self.soft_error = 0
         self.recverr = False
-        self.pmtudisc = 1              # IP_PMTUDISC_WANT, Linux's default for TCP
+        self.pmtudisc = IP_PMTUDISC_WANT   # Linux's default for TCP
         self.pmtu = 0                  # 0: the link MTU
         self.closed_by_app = False     # close() called: the socket is orphaned
         self.read_shutdown = False

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from usertcp.wire import icmp
 from usertcp.wire.icmp import IcmpMessage
 
-from .connection import CA_LOSS, INF, State
+from .connection import CA_LOSS, INF, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT, State
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -61,7 +61,6 @@ UNREACH6: tuple[tuple[int, bool], ...] = (
     (errno.EACCES, True),          # 6 reject route to destination
 )
 
-IP_PMTUDISC_DONT, IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE = 0, 1, 2, 3
 MIN_PMTU4 = 552           # Linux ip_rt_min_pmtu (512 + 20 + 20): smaller reports are raised
 MIN_MTU6 = icmp.MIN_MTU6   # RFC 8200 §5: IPv6 never goes below this
 
