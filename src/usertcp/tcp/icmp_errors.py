@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from usertcp.wire import icmp
 from usertcp.wire.icmp import IcmpMessage
 
-from .connection import CA_LOSS, INF, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT, State
+from .connection import CA_LOSS, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT, State
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -218,9 +218,7 @@ def mtu_reduced(conn: Connection, mtu: int, now: float) -> None:
         # so that the marked segments go out now and recovery ends at today's SND.MAX.
         conn.ca_state = CA_LOSS
         conn.recover = conn.snd_max
-    conn.output(now)
-    if conn.rto_deadline == INF and conn.rtx:
-        conn.rto_deadline = now + conn.rtt.timeout
+    conn.output(now)                  # _retransmit arms the RTO if it is not running
     conn._schedule()
 
 

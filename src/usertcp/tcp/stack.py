@@ -234,8 +234,7 @@ class Stack:
             mib["IpInAddrErrors"] += 1
             return
         try:
-            msg = parse_icmp(where.mv, where.offset, where.end, where.ip_version, bytes(where.src),
-                             bytes(where.dst))
+            msg = parse_icmp(where.mv, where.offset, where.end, where.ip_version, where.src, where.dst)
         except DropPacket as drop:
             mib[drop.counter] += 1
             if drop.counter.endswith("CsumErrors"):
