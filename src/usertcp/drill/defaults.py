@@ -180,6 +180,25 @@ def parse_sysctl_value(text: str) -> SysctlValue:
 
 # Linux x86_64 values of the symbolic constants scripts use in system calls.
 SYMBOLS: dict[str, int] = {
+    "NULL": 0,  # a null pointer argument (syscall_bad_arg/ scripts)
+    "ENOMSG": 42,  # ee_errno of a transmit timestamp on the error queue (linux/errqueue.h)
+    # The error queue's control messages (linux/errqueue.h, linux/net_tstamp.h).  CMSG_LEVEL_IP and
+    # CMSG_TYPE_RECVERR are the family's (SOL_IP/IP_RECVERR here, SOL_IPV6/IPV6_RECVERR on IPv6).
+    "CMSG_LEVEL_IP": 0,
+    "CMSG_TYPE_RECVERR": 11,
+    "SO_EE_ORIGIN_TIMESTAMPING": 4,
+    "SO_EE_ORIGIN_ZEROCOPY": 5,
+    "SO_EE_CODE_ZEROCOPY_COPIED": 1,
+    "SCM_TIMESTAMPING": 37,
+    "SCM_TSTAMP_SND": 0,
+    "SCM_TSTAMP_SCHED": 1,
+    "SCM_TSTAMP_ACK": 2,
+    "SOF_TIMESTAMPING_TX_SOFTWARE": 1 << 1,
+    "SOF_TIMESTAMPING_SOFTWARE": 1 << 4,
+    "SOF_TIMESTAMPING_OPT_ID": 1 << 7,
+    "SOF_TIMESTAMPING_TX_SCHED": 1 << 8,
+    "SOF_TIMESTAMPING_TX_ACK": 1 << 9,
+    "TCP_CM_INQ": 36,  # = TCP_INQ
     # Address families and socket types (bits/socket.h, bits/socket_type.h)
     "AF_UNSPEC": 0,
     "AF_INET": 2,
@@ -396,10 +415,28 @@ UNSUPPORTED_SYMBOLS: dict[str, str] = {
     "TCP_REPAIR_WINDOW": "checkpoint/restore of kernel sockets",
     "TCP_ULP": "kernel upper-layer protocols (kTLS)",
     "SO_BINDTODEVICE": "no network devices in a sans-IO stack",
+    # The error queue (recvmsg MSG_ERRQUEUE) and what arrives on it are not modelled yet: zerocopy
+    # completions and transmit timestamps (linux/errqueue.h, linux/net_tstamp.h).
+    "CMSG_LEVEL_IP": "error-queue control messages (zerocopy/timestamping notifications)",
+    "CMSG_TYPE_RECVERR": "error-queue control messages (zerocopy/timestamping notifications)",
+    "SO_EE_ORIGIN_ZEROCOPY": "kernel zerocopy transmit",
+    "SO_EE_CODE_ZEROCOPY_COPIED": "kernel zerocopy transmit",
+    "SO_EE_ORIGIN_TIMESTAMPING": "kernel packet timestamping",
+    "SCM_TIMESTAMPING": "kernel packet timestamping",
+    "SCM_TSTAMP_SND": "kernel packet timestamping",
+    "SCM_TSTAMP_SCHED": "kernel packet timestamping",
+    "SCM_TSTAMP_ACK": "kernel packet timestamping",
+    "SOF_TIMESTAMPING_OPT_ID": "kernel packet timestamping",
+    "SOF_TIMESTAMPING_SOFTWARE": "kernel packet timestamping",
+    "SOF_TIMESTAMPING_TX_ACK": "kernel packet timestamping",
+    "SOF_TIMESTAMPING_TX_SCHED": "kernel packet timestamping",
+    "SOF_TIMESTAMPING_TX_SOFTWARE": "kernel packet timestamping",
+    "TCP_CM_INQ": "the TCP_INQ control message",
 }
 
 # Names available to %{ }% code besides the tcpi_* fields (linux/tcp.h, netinet/tcp.h).
 CODE_CONSTANTS: dict[str, int] = {
+    "TCP_INFINITE_SSTHRESH": 0x7FFFFFFF,  # include/net/tcp.h
     "TCP_ESTABLISHED": 1,
     "TCP_SYN_SENT": 2,
     "TCP_SYN_RECV": 3,

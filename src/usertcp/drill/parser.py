@@ -88,7 +88,9 @@ _U8, _U16, _U20, _U32 = 0xFF, 0xFFFF, 0xFFFFF, 0xFFFFFFFF
 _FLAG_LETTERS = frozenset("SFRPUEWA")
 _ECN_WORDS = frozenset({"noecn", "ect0", "ect1", "ce", "ect01"})
 _ENCAP_WORDS = frozenset({"ipv4", "ipv6", "gre", "GREv0", "mpls"})
-_MAX_COOKIE_BYTES = 16  # packetdrill's limit for both FO and FOEXP cookies
+# packetdrill bounds a cookie only by the option space: 40 bytes less the option's base (kind and
+# length, plus the 2-byte magic for the experimental kind 254); Linux itself caches at most 16.
+_MAX_COOKIE_BYTES = {"FO": 40 - 2, "FOEXP": 40 - 4}
 _MAX_MD5_BYTES = 16
 _MAX_TIME = 1e7  # seconds; keeps float->microsecond conversions finite
 _MAX_DEPTH = 64  # expression nesting; deeper input is garbage, and recursion must stay bounded
@@ -547,7 +549,7 @@ class _Parser:
             else:
                 opt = self.hex_option(name, required=True, limit=_MAX_MD5_BYTES)
         elif name in ("FO", "FOEXP"):
-            opt = self.hex_option(name, required=False, limit=_MAX_COOKIE_BYTES)
+            opt = self.hex_option(name, required=False, limit=_MAX_COOKIE_BYTES[name])
         elif name in ("ECN", "AccECN"):
             while not (self.peek().is_punct(",") or self.peek().is_punct(">") or self.peek().kind == "EOF"):
                 self.advance()
