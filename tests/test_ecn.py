@@ -40,8 +40,9 @@ CE = ECN_CE
 ECT0 = ECN_ECT0
 
 
-def ecn_peer(ecn: int = 2, **cfg: object) -> ScriptedPeer:
-    return ScriptedPeer(StackConfig(ecn=ecn, **cfg))  # type: ignore[arg-type]
+def ecn_peer(ecn: int = 2, *, ecn_fallback: bool = True, header_prediction: bool = True) -> ScriptedPeer:
+    """A peer whose stack has tcp_ecn=``ecn``; the two switches default as in StackConfig."""
+    return ScriptedPeer(StackConfig(ecn=ecn, ecn_fallback=ecn_fallback, header_prediction=header_prediction))
 
 
 def passive_ecn(p: ScriptedPeer) -> Connection:

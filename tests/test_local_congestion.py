@@ -38,8 +38,8 @@ class Queue:
         return self.full
 
 
-def _open(**cfg: object) -> tuple[ScriptedPeer, Connection]:
-    peer = ScriptedPeer(StackConfig(**cfg))  # type: ignore[arg-type]
+def _open() -> tuple[ScriptedPeer, Connection]:
+    peer = ScriptedPeer(StackConfig())
     conn = peer.passive_open()
     peer.expect_nothing()
     return peer, conn
