@@ -135,7 +135,7 @@ C, BETA = 0.4, 0.7
 
 
 def expected_w_cubic(t: float, w_max: float, cwnd_epoch: float) -> float:
-    k = ((w_max - cwnd_epoch) / C) ** (1 / 3)
+    k: float = ((w_max - cwnd_epoch) / C) ** (1 / 3)   # a float: callers have w_max > cwnd_epoch
     return C * (t - k) ** 3 + w_max
 
 
