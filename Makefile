@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(VENV)/bin/usertcp demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests fuzz tools
 	$(VENV)/bin/mypy
 
 test: $(STAMP) system-deps lint

@@ -7,8 +7,8 @@ import io
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
@@ -18,12 +18,13 @@ from usertcp.net.pcap import PcapWriter, read_pcap
 from usertcp.objects import INSPECT_WAITALL, Ring, Store
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.stack import Stack
+from usertcp.wire.segment import Buffer, TxPacket
 
 T = TypeVar("T")
 A, B = "10.0.0.1", "10.0.0.2"
 
 
-def run(coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
+def run(coro: Awaitable[T], timeout: float = 20.0) -> T:
     """Run one test coroutine; no thread but the main one may appear."""
     threads = threading.active_count()
 
@@ -175,7 +176,7 @@ class Recorder(asyncio.Protocol):
         self.lost.set_result(exc)
 
 
-async def _pair(net: Network, a: Stack, b: Stack, port: int = 9, **server_kw: Any
+async def _pair(net: Network, a: Stack, b: Stack, port: int = 9
                 ) -> tuple[aio.Server, Recorder, Recorder, Callable[[], Awaitable[Recorder]]]:
     accepted: asyncio.Queue[Recorder] = asyncio.Queue()
 
@@ -183,7 +184,7 @@ async def _pair(net: Network, a: Stack, b: Stack, port: int = 9, **server_kw: An
         p = Recorder()
         accepted.put_nowait(p)
         return p
-    server = await aio.create_server(factory, B, port, stack=b, **server_kw)
+    server = await aio.create_server(factory, B, port, stack=b)
     _, client = await aio.create_connection(Recorder, B, port, stack=a)
     assert isinstance(client, Recorder)
     srv = await asyncio.wait_for(accepted.get(), 5)
@@ -353,7 +354,7 @@ class FakeTun:
                 break
         return out
 
-    def write(self, packet: Any) -> None:
+    def write(self, packet: Buffer | TxPacket) -> None:
         self.sock.send(packet.tobytes() if hasattr(packet, "tobytes") else bytes(packet))
 
 

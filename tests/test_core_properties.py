@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -135,7 +136,7 @@ class Checker:
         assert bytes(self.delivered) == stream_bytes(1, n), f"recv() diverged from the stream ({n} bytes)"
 
 
-def build_event_packet(peer: ScriptedPeer, conn: Connection, ev: dict) -> bytes:
+def build_event_packet(peer: ScriptedPeer, conn: Connection, ev: dict[str, Any]) -> bytes:
     flags = ev["flags"]
     seq_off = conn.rcv_nxt + ev["seq"]
     base = conn.snd_nxt if ev["ack_base"] == "nxt" else conn.snd_una
@@ -156,7 +157,7 @@ def build_event_packet(peer: ScriptedPeer, conn: Connection, ev: dict) -> bytes:
     return pkt.tobytes()
 
 
-def beyond_window(conn: Connection, ev: dict) -> bool:
+def beyond_window(conn: Connection, ev: dict[str, Any]) -> bool:
     """True if the (unflipped) event segment lies wholly outside the receive window."""
     if ev["port"] != "conn" or conn.state not in SYNCHRONIZED or ev["flags"] & SYN:
         return False
@@ -184,7 +185,7 @@ def flip(data: bytes, where: int, trusted: bool) -> bytes:
     return bytes(b)
 
 
-def run_events(events: list[dict], handshake: str) -> None:
+def run_events(events: list[dict[str, Any]], handshake: str) -> None:
     peer = ScriptedPeer(StackConfig(time_wait=5.0, fin_timeout=10.0, rto_initial=1.0))
     lst = peer.listen()
     peer.send("S", 0, options=HANDSHAKE_OPTIONS[handshake])
@@ -259,7 +260,7 @@ def run_events(events: list[dict], handshake: str) -> None:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(events=st.lists(event_st, min_size=10, max_size=60),
        handshake=st.sampled_from(sorted(HANDSHAKE_OPTIONS)))
-def test_random_segments_keep_invariants(events: list[dict], handshake: str) -> None:
+def test_random_segments_keep_invariants(events: list[dict[str, Any]], handshake: str) -> None:
     run_events(events, handshake)
 
 

@@ -75,12 +75,12 @@ def event_on(script: Script, path: Path, needle: str) -> Event:
     raise AssertionError(f"{needle!r} not found in {path}")
 
 
-def parse(body: str, **kw: object) -> Script:
-    return parse_script(body, path="t.pkt", **kw)  # type: ignore[arg-type]
+def parse(body: str, defines: dict[str, str] | None = None) -> Script:
+    return parse_script(body, path="t.pkt", defines=defines)
 
 
-def one(body: str, **kw: object) -> Event:
-    script = parse(body, **kw)
+def one(body: str, defines: dict[str, str] | None = None) -> Event:
+    script = parse(body, defines)
     assert len(script.events) == 1
     return script.events[0]
 

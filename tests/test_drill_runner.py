@@ -29,8 +29,9 @@ HANDSHAKE = """    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
 """
 
 
-def run(text: str, **kw: object) -> ScriptResult:
-    return run_script(parse_script(text, path="<test>"), RunOptions(**kw))  # type: ignore[arg-type]
+def run(text: str, *, ip_version: str = "ipv4", tolerance_usecs: int | None = None) -> ScriptResult:
+    options = RunOptions(ip_version=ip_version, tolerance_usecs=tolerance_usecs)
+    return run_script(parse_script(text, path="<test>"), options)
 
 
 def assert_passed(res: ScriptResult) -> None:

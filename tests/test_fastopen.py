@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from pair import A_ADDR, B_ADDR, make_pair
+from pair import A_ADDR, B_ADDR, Pair, make_pair
 from test_preload import CIP, KEY, SIP, Peer, child, data_of, server
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp import fastopen
@@ -19,7 +19,7 @@ from usertcp.tcp.config import (
 )
 from usertcp.tcp.connection import State
 from usertcp.tcp.cookies import tfo_cookie
-from usertcp.tcp.stack import Stack
+from usertcp.tcp.stack import Listener, Stack
 from usertcp.wire.packet import build_packet, parse_packet
 from usertcp.wire.segment import ACK, SYN, Segment
 from usertcp.wire.tcp import encode_options
@@ -28,12 +28,12 @@ KEY2 = bytes(range(16, 32))
 COOKIE = tfo_cookie(KEY, CIP, SIP)
 
 
-def cfg(bits: int = TFO_CLIENT_ENABLE | TFO_SERVER_ENABLE, **kw: object) -> StackConfig:
-    return StackConfig(fastopen=bits, fastopen_key=KEY, random_ts_offset=False, **kw)  # type: ignore[arg-type]
+def cfg(bits: int = TFO_CLIENT_ENABLE | TFO_SERVER_ENABLE) -> StackConfig:
+    return StackConfig(fastopen=bits, fastopen_key=KEY, random_ts_offset=False)
 
 
-def tfo(bits: int = TFO_CLIENT_ENABLE | TFO_SERVER_ENABLE, qlen: int = 8, **kw: object) -> tuple[Stack, Peer]:
-    st, _lst = server(cfg(bits, **kw), b"", fastopen_qlen=qlen)
+def tfo(bits: int = TFO_CLIENT_ENABLE | TFO_SERVER_ENABLE, qlen: int = 8) -> tuple[Stack, Peer]:
+    st, _lst = server(cfg(bits), b"", fastopen_qlen=qlen)
     return st, Peer(st)
 
 
@@ -220,7 +220,8 @@ def test_synack_cookie_dropped_when_options_are_full() -> None:
 # ------------------------------------------------------------------- client
 
 
-def client_pair(server_bits: int = TFO_SERVER_ENABLE, loss: float = 0.0):  # type: ignore[no-untyped-def]
+def client_pair(server_bits: int = TFO_SERVER_ENABLE, loss: float = 0.0
+                ) -> tuple[Pair, Listener, list[Segment]]:
     pair = make_pair(LinkConfig(delay=0.005, loss=loss), cfg_a=cfg(TFO_CLIENT_ENABLE),
                      cfg_b=cfg(server_bits))
     lst = pair.b.listen(80)
@@ -340,9 +341,9 @@ def test_tfo_with_loss_still_delivers_everything() -> None:
         c = pair.a.create_connection(B_ADDR, 80)
         fastopen.tfo_connect(c, b"EHLO x\r\n", 0.0)
         assert pair.driver.run_until(
-            lambda c=c, lst=lst: c.readable_bytes >= 12 and bool(lst.accept_queue), 120)
+            lambda: c.readable_bytes >= 12 and bool(lst.accept_queue), 120)  # noqa: B023 - called in this pass
         s = lst.accept()
         assert s is not None
-        assert pair.driver.run_until(lambda s=s: s.readable_bytes >= 8, 120)
+        assert pair.driver.run_until(lambda: s.readable_bytes >= 8, 120)  # noqa: B023 - called in this pass
         assert c.recv(100, pair.now) == b"220 banner\r\n" and s.recv(100, pair.now) == b"EHLO x\r\n"
 

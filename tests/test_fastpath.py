@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -78,10 +79,11 @@ def _mutate(ev: Event, how: int, value: int) -> list[Event]:
     if how == 1:
         return [ev, Event(ev.time, ev.kind, ev.data)]  # duplicated
     seg = parse_packet(ev.data)
+    fields: dict[str, Any]                            # build_packet's keywords, edited below
     fields = dict(src=seg.src, dst=seg.dst, sport=seg.sport, dport=seg.dport, seq=seg.seq, ack=seg.ack,
                   flags=seg.flags, window=seg.window, urg_ptr=seg.urg_ptr, options=bytes(seg.raw_options),
                   payload=[bytes(seg.payload)])
-    opts = bytearray(fields["options"])  # type: ignore[arg-type]
+    opts = bytearray(fields["options"])
     if how == 2:
         fields["window"] = value & 0xFFFF              # a window change
     elif how == 3:
@@ -98,7 +100,7 @@ def _mutate(ev: Event, how: int, value: int) -> list[Event]:
         fields["flags"] = seg.flags | 0x08             # PSH is ignored by the prediction
     if seg.md5 is not None:
         return [ev]                                    # re-signing needs the key: keep as is
-    return [Event(ev.time, "pkt", build_packet(**fields).tobytes())]  # type: ignore[arg-type]
+    return [Event(ev.time, "pkt", build_packet(**fields).tobytes())]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

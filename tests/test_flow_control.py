@@ -9,8 +9,8 @@ from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
 
 
-def _open(**cfg: object) -> tuple[ScriptedPeer, Connection]:
-    peer = ScriptedPeer(StackConfig(**cfg))  # type: ignore[arg-type]
+def _open() -> tuple[ScriptedPeer, Connection]:
+    peer = ScriptedPeer(StackConfig())
     conn = peer.passive_open()
     peer.expect_nothing()
     return peer, conn

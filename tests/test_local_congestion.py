@@ -38,8 +38,8 @@ class Queue:
         return self.full
 
 
-def _open(**cfg: object) -> tuple[ScriptedPeer, Connection]:
-    peer = ScriptedPeer(StackConfig(**cfg))  # type: ignore[arg-type]
+def _open() -> tuple[ScriptedPeer, Connection]:
+    peer = ScriptedPeer(StackConfig())
     conn = peer.passive_open()
     peer.expect_nothing()
     return peer, conn
@@ -211,7 +211,7 @@ def test_drill_qdisc_pfifo_limit_0_refuses_and_delete_restores() -> None:
     assert stack.tx_refuse is None
     env.attach(stack)                                         # the runner's lazy stack, made later
     stack_box.append(stack)
-    assert stack.tx_refuse is not None and stack.tx_refuse(None)  # type: ignore[arg-type]
+    assert stack.tx_refuse is not None and stack.tx_refuse(TxPacket(b""))
     env.run("tc qdisc add dev lo root pfifo limit 0")         # another device: no test traffic
     assert stack.tx_refuse is not None
     env.run("tc qdisc del dev tun0 root")

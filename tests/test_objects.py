@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import KeysView
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +28,7 @@ from usertcp.objects import (
 )
 from usertcp.tcp.connection import Connection
 from usertcp.tcp.stack import Stack
+from usertcp.wire.segment import TxPacket
 
 
 def env(budget: int = 8 << 20, **kw: object) -> tuple[Pair, Connection, Connection, Store, Ring]:
@@ -376,7 +378,8 @@ def test_reset_fails_pending_operations() -> None:
 # ---------------------------------------------------------------- zero copy
 
 
-def _proxy_setup() -> tuple[Pair, Connection, Connection, Connection, Connection, set[int], list[object]]:
+def _proxy_setup() -> tuple[Pair, Connection, Connection, Connection, Connection, KeysView[int],
+                            list[TxPacket]]:
     """client(a) -> server(b):80 and b -> a:81 upstream; record delivered packets and b's output."""
     pair = make_pair(LinkConfig(delay=0.001))
     client, server = pair.open(80)
@@ -391,15 +394,15 @@ def _proxy_setup() -> tuple[Pair, Connection, Connection, Connection, Connection
     # Keep every packet delivered to b alive, so its id() stays unique.
     pair.net.add_tap(lambda data, now, d: delivered.__setitem__(id(data), data)
                      if d.dst.endpoint is pair.b else None)
-    sent: list[object] = []
+    sent: list[TxPacket] = []
     real_output = pair.b.output
 
-    def output(pkt: object) -> bool:
+    def output(pkt: TxPacket) -> bool:
         sent.append(pkt)
-        return real_output(pkt)  # type: ignore[arg-type]
+        return real_output(pkt)
 
     pair.b.output = output  # type: ignore[method-assign]
-    return pair, client, server, up, upstream, delivered.keys(), sent  # type: ignore[return-value]
+    return pair, client, server, up, upstream, delivered.keys(), sent
 
 
 def test_zero_copy_capture_and_send_use_the_arrival_buffers() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import struct
 import types
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,6 +18,11 @@ from usertcp.net.memnet import LinkConfig, Network
 from usertcp.objects import Ring, Store
 from usertcp.tcp.connection import Connection
 from usertcp.tcp.stack import Stack
+
+if TYPE_CHECKING:
+    from socket import AddressFamily, SocketKind
+
+    from usertcp.socket import Host
 
 
 def _four(pair: Pair) -> tuple[Connection, Connection, Connection, Connection]:
@@ -32,7 +38,7 @@ def _four(pair: Pair) -> tuple[Connection, Connection, Connection, Connection]:
     return client, down, up, upstream
 
 
-def _run(pair: Pair, cond: Any, step: Any, timeout: float = 60.0) -> None:
+def _run(pair: Pair, cond: Callable[[], bool], step: Callable[[], object], timeout: float = 60.0) -> None:
     assert pair.driver.run_until(lambda: step() is None and cond(), timeout)
 
 
@@ -114,13 +120,14 @@ def test_http_header_parser() -> None:
 
 # ---------------------------------------------------------------------- cache
 
-def _usertcp_socket_module(host: Any) -> types.SimpleNamespace:
+def _usertcp_socket_module(host: Host) -> types.SimpleNamespace:
     """What pymemcache's Client uses of the socket module, backed by usertcp sockets:
     the client library's own protocol code then talks to the cache over our stack."""
     us = pytest.importorskip("usertcp.socket")
     import socket as pysocket
 
-    def getaddrinfo(h: str, port: int, *_: object) -> list[tuple[Any, ...]]:
+    def getaddrinfo(h: str, port: int, *_: object
+                    ) -> list[tuple[AddressFamily, SocketKind, int, str, tuple[str, int]]]:
         return [(us.AF_INET, us.SOCK_STREAM, us.IPPROTO_TCP, "", (h, port))]
 
     return types.SimpleNamespace(

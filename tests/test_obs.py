@@ -7,7 +7,7 @@ import io
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import pytest
 
@@ -31,11 +31,19 @@ from usertcp.obs import counters as nstat_mod
 from usertcp.obs import plot as plot_mod
 from usertcp.obs import ss as ss_mod
 from usertcp.obs import trace as trace_mod
-from usertcp.obs.scenario import run_transfer
+from usertcp.obs.scenario import Transfer, run_transfer
 from usertcp.tcp.stack import Stack
 
 
-def _cli(module: Any, argv: list[str]) -> int:
+class _CliModule(Protocol):
+    """What _cli needs of an obs module (ss, nstat, trace, plot)."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def cli(self, args: argparse.Namespace) -> int: ...
+
+
+def _cli(module: _CliModule, argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     module.add_arguments(parser)
     status: int = module.cli(parser.parse_args(argv))
@@ -43,13 +51,13 @@ def _cli(module: Any, argv: list[str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def midway() -> Any:
+def midway() -> Transfer:
     """A lossy transfer stopped half way: connections open, data queued, some retransmitted."""
     return run_transfer(size=600_000, loss=0.03, seed=2, stop_at=0.5)
 
 
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Transfer]:
     path = tmp_path_factory.mktemp("trace") / "t.jsonl"
     tracer = JsonLinesTracer(path)
 
@@ -65,7 +73,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
 # ----------------------------------------------------------------------------- ss / nstat
 
 
-def test_ss_rows_report_state_queues_and_tcp_info(midway: Any) -> None:
+def test_ss_rows_report_state_queues_and_tcp_info(midway: Transfer) -> None:
     client, server = midway.stacks
     (row,) = ss_rows(client)
     conn = midway.client_conn
@@ -79,6 +87,7 @@ def test_ss_rows_report_state_queues_and_tcp_info(midway: Any) -> None:
     rows = ss_rows(server)
     assert [r["state"] for r in rows] == ["LISTEN", "ESTAB"]
     assert rows[0]["local"] == "*:5001" and rows[0]["send_q"] == 128
+    assert midway.server_conn is not None
     assert rows[1]["bytes_received"] == midway.received + midway.server_conn.readable_bytes
     text = format_ss(client)
     lines = text.splitlines()
@@ -90,7 +99,7 @@ def test_ss_rows_report_state_queues_and_tcp_info(midway: Any) -> None:
     json.dumps(ss_rows(client))                # JSON-ready
 
 
-def test_nstat_uses_linux_names_and_matches_the_counters(midway: Any) -> None:
+def test_nstat_uses_linux_names_and_matches_the_counters(midway: Transfer) -> None:
     client = midway.client
     counters = nstat(client)
     assert counters == {k: v for k, v in sorted(client.counters.items()) if v}
@@ -102,7 +111,7 @@ def test_nstat_uses_linux_names_and_matches_the_counters(midway: Any) -> None:
     assert any(line.split() == ["TcpActiveOpens", "1"] for line in text.splitlines())
 
 
-def test_stats_file_round_trip_and_cli(midway: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_stats_file_round_trip_and_cli(midway: Transfer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                        ) -> None:
     path = tmp_path / "stats.json"
     write_stats_file(path, midway.server, now=1.5)
@@ -132,7 +141,7 @@ def test_stats_file_round_trip_and_cli(midway: Any, tmp_path: Path, capsys: pyte
     assert "not a usertcp stats file" in capsys.readouterr().err
 
 
-def test_stats_file_writer_rate_limits(midway: Any, tmp_path: Path) -> None:
+def test_stats_file_writer_rate_limits(midway: Transfer, tmp_path: Path) -> None:
     w = StatsFileWriter(tmp_path / "s.json", midway.client, interval=1.0)
     assert w.maybe_write(10.0) and not w.maybe_write(10.5) and w.maybe_write(11.0)
     assert w.writes == 2 and read_stats_file(tmp_path / "s.json")[0]["time"] == 11.0
@@ -175,7 +184,7 @@ def test_tracer_writes_state_changes_tagged_by_stack() -> None:
         read_trace(["{\"name\": \"x\"}", "not json"])
 
 
-def test_sampler_packets_losses_and_congestion_events(traced: tuple[Path, Any]) -> None:
+def test_sampler_packets_losses_and_congestion_events(traced: tuple[Path, Transfer]) -> None:
     path, tr = traced
     events = read_trace(path)
     names = Counter(e["name"] for e in events)
@@ -214,7 +223,7 @@ def test_trace_cli_writes_trace_pcap_and_plot(tmp_path: Path, capsys: pytest.Cap
 # ----------------------------------------------------------------------------- plot
 
 
-def test_plot_draws_sequence_and_cwnd(traced: tuple[Path, Any], tmp_path: Path,
+def test_plot_draws_sequence_and_cwnd(traced: tuple[Path, Transfer], tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     path, tr = traced

@@ -115,7 +115,7 @@ def test_as_info_microseconds() -> None:
     r.on_sample(0.040)
     r.on_sample(0.020)
     info = r.as_info()
-    assert info["tcpi_rtt"] == round(r.srtt * 1e6)  # type: ignore[operator]
+    assert r.srtt is not None and info["tcpi_rtt"] == round(r.srtt * 1e6)
     assert info["tcpi_rttvar"] == round(r.rttvar * 1e6)
     assert info["tcpi_min_rtt"] == 20_000
     assert info["tcpi_rto"] == round(r.rto * 1e6)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import smtplib
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -17,7 +17,11 @@ from usertcp.tcp import fastopen
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.stack import Stack
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 A, B = "10.0.0.1", "10.0.0.2"
+D = TypeVar("D", VirtualTimeDriver, RealTimeDriver)
 
 
 def test_session_dialogue_and_dot_unstuffing() -> None:
@@ -41,7 +45,7 @@ def test_session_dialogue_and_dot_unstuffing() -> None:
     assert s.feed(b"QUIT\r\nNOOP\r\n") == b"221 2.0.0 Bye\r\n" and s.closed
 
 
-def _world(driver_cls: type, cfg: StackConfig | None = None) -> tuple[Any, us.Host, us.Host]:
+def _world(driver_cls: type[D], cfg: StackConfig | None = None) -> tuple[D, us.Host, us.Host]:
     net = Network(seed=1)
     sa, sb = Stack([A], cfg, name="client"), Stack([B], cfg, name="server")
     net.connect(net.add_host(sa, [A]), net.add_host(sb, [B]), LinkConfig(delay=0.005))
@@ -87,7 +91,7 @@ class _SockReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b: Any) -> int:
+    def readinto(self, b: WriteableBuffer) -> int:
         return self._sock.recv_into(memoryview(b).cast("B"))
 
 
@@ -115,7 +119,7 @@ def test_smtplib_sends_a_message() -> None:
         thread.start()
 
         class SMTP(smtplib.SMTP):
-            def _get_socket(self, host: str, port: int, timeout: float) -> Any:
+            def _get_socket(self, host: str, port: int, timeout: float) -> Any:  # a duck, not a socket.socket
                 return _SmtplibSocket(us.create_connection((host, port), timeout, host=client_host))
 
         body = "Subject: hello\r\n\r\nline one\r\n.starts with a dot\r\n..two dots\r\nbye\r\n"

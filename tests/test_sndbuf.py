@@ -3,10 +3,11 @@ __sk_stream_is_writeable, tcp_sndbuf_expand)."""
 
 from __future__ import annotations
 
-from pair import make_pair, transfer
+from pair import Pair, make_pair, transfer
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.buffers import SKB_TRUESIZE_OVERHEAD as O
 from usertcp.tcp.buffers import SendBuffer
+from usertcp.tcp.connection import Connection
 
 
 def test_wmem_queued_counts_every_skb_and_splits() -> None:
@@ -41,7 +42,7 @@ def test_room_is_the_linux_copy_loop() -> None:
     assert b.room(25000, 1000) == 24000
 
 
-def _established(cfg_delay: float = 0.01):  # type: ignore[no-untyped-def]
+def _established(cfg_delay: float = 0.01) -> tuple[Pair, Connection, Connection]:
     pair = make_pair(LinkConfig(delay=cfg_delay), seed=5)
     c, s = pair.open()
     return pair, c, s

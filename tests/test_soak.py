@@ -26,6 +26,7 @@ from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.invariants import check_invariants
+from usertcp.tcp.stack import Listener
 
 CONNS = int(os.environ.get("USERTCP_SOAK_CONNS", "1000"))
 SIZE = int(os.environ.get("USERTCP_SOAK_BYTES", "16384"))
@@ -59,7 +60,7 @@ def test_soak_concurrent_connections_lossy_reordering() -> None:
     def mark(c: Connection) -> None:
         dirty[c] = None
 
-    def on_accept(listener: object) -> None:
+    def on_accept(listener: Listener) -> None:
         while (s := lst.accept()) is not None:
             s.on_readable = s.on_writable = mark
             servers.append(s)

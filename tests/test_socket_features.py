@@ -6,21 +6,23 @@ import errno
 
 import pytest
 
-from pair import make_pair
+from pair import Pair, make_pair
 from usertcp import MSG_FASTOPEN, MSG_PRELOAD
 from usertcp import socket as usocket
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.md5sig import build_tcp_md5sig
 from usertcp.wire.packet import parse_packet
+from usertcp.wire.segment import Segment
 
 
-def _hosts(cfg_a: StackConfig | None = None, cfg_b: StackConfig | None = None):  # type: ignore[no-untyped-def]
+def _hosts(cfg_a: StackConfig | None = None, cfg_b: StackConfig | None = None
+           ) -> tuple[Pair, usocket.Host, usocket.Host]:
     pair = make_pair(seed=2, cfg_a=cfg_a, cfg_b=cfg_b)
     return pair, usocket.Host(pair.a, pair.driver), usocket.Host(pair.b, pair.driver)
 
 
-def _syns(pair):  # type: ignore[no-untyped-def]
-    seen: list = []
+def _syns(pair: Pair) -> list[Segment]:
+    seen: list[Segment] = []
     pair.net.add_tap(lambda data, now, d: seen.append(parse_packet(data)))
     return seen
 

@@ -16,11 +16,12 @@ import ipaddress
 import json
 import random
 import tracemalloc
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
-from pair import A_ADDR, B_ADDR, make_pair
+from pair import A_ADDR, B_ADDR, Pair, make_pair
 from peer import ISN_SECRET, TS_SECRET, ScriptedPeer
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp import syncookies as sc
@@ -29,6 +30,7 @@ from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import tfo_cookie
 from usertcp.tcp.fastopen import CookieEntry, tfo_connect
 from usertcp.tcp.invariants import check_invariants
+from usertcp.tcp.stack import Listener
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import SYN
 from usertcp.wire.tcp import encode_options
@@ -78,8 +80,8 @@ def test_mss_table_and_timestamp_options() -> None:
 
 # --------------------------------------------------------------------------- handshake
 
-def cookie_peer(**cfg: object) -> ScriptedPeer:
-    p = ScriptedPeer(StackConfig(syncookies=2, **cfg))  # type: ignore[arg-type]
+def cookie_peer() -> ScriptedPeer:
+    p = ScriptedPeer(StackConfig(syncookies=2))
     p.listen()
     return p
 
@@ -173,7 +175,7 @@ def test_syncookies_off_drops_on_overflow() -> None:
 
 # --------------------------------------------------------------------------- TFO under a full queue
 
-def tfo_pair(cookies: int):  # type: ignore[no-untyped-def]
+def tfo_pair(cookies: int) -> tuple[Pair, Listener]:
     cfg_b = StackConfig(fastopen=TFO_SERVER_ENABLE | TFO_CLIENT_ENABLE, syncookies=cookies,
                         max_syn_backlog=1, isn_secret=ISN_SECRET, ts_secret=TS_SECRET)
     pair = make_pair(LinkConfig(delay=0.005), cfg_b=cfg_b)
@@ -189,12 +191,13 @@ def tfo_pair(cookies: int):  # type: ignore[no-untyped-def]
     return pair, lst
 
 
-def tfo_round(pair, lst, data: bytes):  # type: ignore[no-untyped-def]
+def tfo_round(pair: Pair, lst: Listener, data: bytes) -> tuple[Connection, Connection]:
     c = pair.a.create_connection(B_ADDR, 80)
     tfo_connect(c, data, pair.now)
     pair.driver.kick()
     assert pair.driver.run_until(lambda: bool(lst.accept_queue), 10)
     s = lst.accept()
+    assert s is not None
     got = bytearray()
 
     def done() -> bool:
@@ -230,7 +233,7 @@ FLOOD = 100_000
 LEGIT = 200
 
 
-def spoofed_syns(rng: random.Random, n: int, dst: bytes):  # type: ignore[no-untyped-def]
+def spoofed_syns(rng: random.Random, n: int, dst: bytes) -> Iterator[bytes]:
     """Cheap spoofed SYNs: random source address, port and ISN, Linux's option set."""
     opts = encode_options(mss=1460, sack_permitted=True, ts=(rng.getrandbits(32), 0), wscale=7)
     for _ in range(n):

@@ -13,7 +13,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -44,7 +44,7 @@ from usertcp.net.tun import (
     _complete_checksum,
     vnet_header_for,
 )
-from usertcp.wire.segment import TxPacket
+from usertcp.wire.segment import Buffer, TxPacket
 
 DEV = "utun0"
 
@@ -88,7 +88,7 @@ def _rst_for(syn: Tcp) -> bytes:
     return hdr
 
 
-def _is_syn(port: int):  # type: ignore[no-untyped-def]
+def _is_syn(port: int) -> Callable[[Tcp, memoryview, bool], bool]:
     return lambda seg, pkt, ok: seg.dport == port and seg.flags == TCP_SYN
 
 
@@ -322,8 +322,8 @@ class Sink:
     def __init__(self) -> None:
         self.packets: list[tuple[int, float]] = []
 
-    def write(self, packet: object, timestamp: float) -> None:
-        self.packets.append((len(packet), timestamp))  # type: ignore[arg-type]
+    def write(self, packet: Buffer | TxPacket, timestamp: float) -> None:
+        self.packets.append((len(packet), timestamp))
 
 
 @pytest.mark.netns
@@ -405,13 +405,13 @@ def test_multi_queue(ns: str) -> None:
 def test_offload_auto_and_fallback(ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with TunDevice.open(DEV, netns=ns) as dev:
         assert dev.offload and dev.vnet_hdr_len == 10  # this kernel takes the offloads
-    real_open = TunDevice._open.__func__  # type: ignore[attr-defined]
+    real_open = TunDevice._open          # the original, bound to TunDevice (the only cls here)
 
     def refuse_offload(cls: type[TunDevice], name: str, offload: bool, mq: bool,
                        ns_: str | None) -> TunDevice:
         if offload:
             raise OSError(errno.EINVAL, "no vnet header")
-        return real_open(cls, name, offload, mq, ns_)
+        return real_open(name, offload, mq, ns_)
 
     monkeypatch.setattr(TunDevice, "_open", classmethod(refuse_offload))
     with TunDevice.open(DEV, netns=ns) as dev:

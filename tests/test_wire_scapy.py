@@ -7,7 +7,7 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +17,8 @@ scapy_all = pytest.importorskip("scapy.all")
 IP = scapy_all.IP
 IPv6 = scapy_all.IPv6
 TCP = scapy_all.TCP
+if TYPE_CHECKING:
+    from scapy.packet import Packet
 
 from usertcp.wire.md5 import tcp_md5_digest, verify_segment_md5  # noqa: E402
 from usertcp.wire.packet import build_packet, parse_packet  # noqa: E402
@@ -31,7 +33,7 @@ A4 = (bytes((192, 0, 2, 1)), bytes((198, 51, 100, 7)))
 A6 = (bytes.fromhex("20010db8000000000000000000000001"), bytes.fromhex("20010db80000000000000000000000ff"))
 
 
-def _scapy_opts(p: Any) -> dict[str, Any]:
+def _scapy_opts(p: Packet) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, val in p[TCP].options:
         if name in ("NOP", "EOL"):
@@ -129,7 +131,7 @@ def test_we_read_what_scapy_builds(v6: bool) -> None:
     assert getattr(ei.value, "counter", None) == "TcpInCsumErrors"
 
 
-def _independent_md5(key: bytes, p: Any, v6: bool) -> bytes:
+def _independent_md5(key: bytes, p: Packet, v6: bool) -> bytes:
     """RFC 2385 §2.0 from scapy's decoded fields, not from our code."""
     t = p[TCP]
     data = bytes(t.payload)

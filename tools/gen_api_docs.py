@@ -18,15 +18,18 @@ import inspect
 import pkgutil
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TypeAlias
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "api.md"
 PACKAGE = "usertcp"
 _ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
 _SKIP = {"usertcp.__main__"}
+
+Documented: TypeAlias = Callable[..., object]   # a public class or function
 
 
 def module_names() -> list[str]:
@@ -41,7 +44,7 @@ def module_names() -> list[str]:
 _ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):`~?([^`]+)`")
 
 
-def _doc(obj: Any) -> str:
+def _doc(obj: object) -> str:
     """The object's own docstring, with reST roles and ``literals`` turned into Markdown code."""
     raw = obj.__dict__.get("__doc__") if isinstance(obj, type) else getattr(obj, "__doc__", None)
     if not isinstance(raw, str):
@@ -49,7 +52,7 @@ def _doc(obj: Any) -> str:
     return _ROLE.sub(r"``\1``", inspect.cleandoc(raw)).replace("``", "`")
 
 
-def _annotation(a: Any) -> str:
+def _annotation(a: object) -> str:
     if isinstance(a, str):
         return a
     if isinstance(a, type):
@@ -57,7 +60,7 @@ def _annotation(a: Any) -> str:
     return _ADDR.sub("", repr(a)).replace("typing.", "")
 
 
-def signature(obj: Any) -> str:
+def signature(obj: Documented) -> str:
     """``(a: int, *, b: str = 'x') -> bool`` with annotations exactly as written in the source."""
     try:
         sig = inspect.signature(obj)
@@ -90,9 +93,9 @@ def signature(obj: Any) -> str:
     return out
 
 
-def _public(mod: ModuleType) -> list[tuple[str, Any]]:
+def _public(mod: ModuleType) -> list[tuple[str, Documented]]:
     explicit = getattr(mod, "__all__", None)
-    members: list[tuple[str, Any]] = []
+    members: list[tuple[str, Documented]] = []
     if explicit is not None:
         for name in explicit:
             obj = getattr(mod, name, None)
@@ -107,9 +110,9 @@ def _public(mod: ModuleType) -> list[tuple[str, Any]]:
     return members
 
 
-def _class_members(cls: type) -> list[tuple[str, Any]]:
+def _class_members(cls: type) -> list[tuple[str, Documented | property]]:
     """Public methods and properties of ``cls`` and of the private package classes it extends."""
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, Documented | property]] = []
     seen: set[str] = set()
     owners = [cls] + [b for b in cls.__mro__[1:]
                       if b.__name__.startswith("_") and b.__module__.startswith(PACKAGE + ".")]
