@@ -48,6 +48,7 @@ from usertcp.aio.server import (
     wrap_socket,
 )
 from usertcp.aio.stackapi import listening_socket
+from usertcp.aio.transport import UsertcpTransport
 from usertcp.api import sockets as usock
 from usertcp.net.aio_driver import AsyncioDriver, AsyncioTunDriver, LoopDriver
 from usertcp.net.memnet import Network
@@ -493,6 +494,31 @@ class UsertcpEventLoop(asyncio.SelectorEventLoop):
                 total += len(chunk)
         finally:
             file.seek(offset + total)     # as asyncio: the file position ends after what was sent
+        return total
+
+
+    async def sendfile(self, transport: asyncio.WriteTransport, file: Any, offset: int = 0,
+                       count: int | None = None, *, fallback: bool = True) -> int:
+        """``loop.sendfile``: a usertcp transport has no zero-copy file path, so this is
+        asyncio's fallback (read a chunk, write it, wait for the buffer to drain)."""
+        if not isinstance(transport, UsertcpTransport):
+            return await super().sendfile(transport, file, offset, count, fallback=fallback)
+        if not fallback:
+            raise RuntimeError(f"fallback is disabled and native sendfile is not supported for {transport!r}")
+        if count is not None and count <= 0:
+            raise ValueError(f"count must be a positive integer (got {count!r})")
+        file.seek(offset)
+        total = 0
+        try:
+            while count is None or total < count:
+                chunk = file.read(_SENDFILE_CHUNK if count is None else min(_SENDFILE_CHUNK, count - total))
+                if not chunk:
+                    break
+                transport.write(chunk)
+                total += len(chunk)
+                await transport.drained()
+        finally:
+            file.seek(offset + total)
         return total
 
 

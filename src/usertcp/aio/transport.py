@@ -205,7 +205,13 @@ class UsertcpTransport(asyncio.Transport):
                 return
             if conn.fin_received and not conn.readable_bytes and not self._eof_received:
                 self._eof_received = True
-                keep_open = self._protocol.eof_received()  # type: ignore[attr-defined]
+                try:
+                    keep_open = self._protocol.eof_received()  # type: ignore[attr-defined]
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._fatal_protocol("protocol.eof_received() call failed", exc)
+                    return
                 if not keep_open and not self._closing:
                     self.close()
         self._check_dead()
@@ -216,7 +222,13 @@ class UsertcpTransport(asyncio.Transport):
         while conn.readable_bytes and not self._reading_paused and not self._lost:
             data = conn.recv(min(conn.readable_bytes, _READ_CHUNK), self._driver.now())
             read = True
-            self._protocol.data_received(data)  # type: ignore[attr-defined]
+            try:
+                self._protocol.data_received(data)  # type: ignore[attr-defined]
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_protocol("protocol.data_received() call failed", exc)
+                break
         return read
 
     def _deliver_buffered(self) -> bool:
@@ -237,7 +249,13 @@ class UsertcpTransport(asyncio.Transport):
                 return read
             n = conn.recv_into(buf.cast("B") if buf.format != "B" else buf, self._driver.now())
             read = True
-            proto.buffer_updated(n)
+            try:
+                proto.buffer_updated(n)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._fatal_protocol("protocol.buffer_updated() call failed", exc)
+                break
         return read
 
     def _fatal_protocol(self, message: str, exc: BaseException) -> None:
@@ -331,6 +349,12 @@ class UsertcpTransport(asyncio.Transport):
     def get_write_buffer_size(self) -> int:
         return self._buf_size
 
+    async def drained(self) -> None:
+        """Wait until the write buffer is at or below the low-water mark (or the transport ends)."""
+        await self._driver.wait_for(lambda: self._buf_size <= self._low or self._lost)
+        if self._lost or self._closing:
+            raise ConnectionError("Connection closed")
+
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return (self._low, self._high)
 
@@ -386,6 +410,10 @@ class UsertcpTransport(asyncio.Transport):
 
     def abort(self) -> None:
         self._fatal(None)
+
+    def _force_close(self, exc: Exception | None) -> None:
+        """What ``sslproto.SSLProtocol`` calls on a fatal TLS error (asyncio's transports have it)."""
+        self._fatal(exc)
 
     def _fatal(self, exc: Exception | None) -> None:
         """Reset the connection and tell the protocol (``exc`` is None for a plain abort)."""
