@@ -5,7 +5,7 @@ The pieces both entry points share: a socket host per (driver, stack)
 (:func:`connect_socket`), wrapping a connected socket in a transport with or without TLS
 (:func:`wrap_socket`), and :class:`Server`, an ``asyncio.Server``-like listener.
 
-TLS is asyncio's own: ``loop.start_tls`` runs ``sslproto.SSLProtocol`` over the
+TLS is asyncio's own: ``sslproto.SSLProtocol`` (also behind ``loop.start_tls``) runs over the
 :class:`~usertcp.aio.transport.UsertcpTransport` (which implements the Transport API it
 needs), so the handshake, TLS 1.3 and ``server_hostname`` checks are the standard
 library's.
@@ -18,6 +18,7 @@ import errno
 import os
 import ssl as _ssl
 import weakref
+from asyncio import sslproto
 from collections.abc import Callable
 from typing import Any
 
@@ -78,22 +79,31 @@ async def wrap_socket(driver: LoopDriver, sock: usock.Socket, protocol: asyncio.
                       ssl_shutdown_timeout: float | None = None) -> asyncio.Transport:
     """Make the transport of a connected socket and start ``protocol`` on it.
 
-    With ``ssl``, the TLS handshake runs first (``loop.start_tls``) and the protocol's
-    ``connection_made`` gets the TLS transport once it completes.
+    With ``ssl``, asyncio's ``sslproto.SSLProtocol`` runs over the transport: the
+    protocol's ``connection_made`` gets the TLS transport once the handshake completes.
     """
     if ssl is None:
         transport = UsertcpTransport(driver, sock, protocol, server=server)
         transport.begin()
         return transport
-    raw = UsertcpTransport(driver, sock, asyncio.Protocol(), server=server)
-    raw.begin(connection_made=False)
-    tls = await driver.loop.start_tls(raw, protocol, ssl, server_side=server_side,
-                                      server_hostname=server_hostname,
-                                      ssl_handshake_timeout=ssl_handshake_timeout,
-                                      ssl_shutdown_timeout=ssl_shutdown_timeout)
-    assert tls is not None
-    protocol.connection_made(tls)
-    return tls
+    # As asyncio's own _create_connection_transport: SSLProtocol calls the application's
+    # connection_made when the handshake completes, before any decrypted data reaches it
+    # (a client's request often arrives in the same read as its Finished message).
+    waiter: asyncio.Future[None] = driver.loop.create_future()
+    ssl_protocol = sslproto.SSLProtocol(driver.loop, protocol, ssl, waiter, server_side, server_hostname,
+                                        # typeshed says int; asyncio takes seconds as a float
+                                        ssl_handshake_timeout=ssl_handshake_timeout,  # type: ignore[arg-type]
+                                        ssl_shutdown_timeout=ssl_shutdown_timeout)
+    raw = UsertcpTransport(driver, sock, ssl_protocol, server=server)
+    raw.begin()
+    try:
+        await waiter
+    except BaseException:
+        raw.close()
+        raise
+    # The transport the application uses; asyncio's loop returns the same object.
+    app_transport: asyncio.Transport = ssl_protocol._app_transport
+    return app_transport
 
 
 def client_ssl_context(ssl: _ssl.SSLContext | bool | None) -> _ssl.SSLContext | None:

@@ -25,26 +25,12 @@ keeps ``setup_concurrency`` connections in flight for ``duration`` seconds.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
 import json
-import os
-import re
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, AnyStr
 
 from aiosmtpd.smtp import SMTP
 from aiosmtpd.smtp import __ident__ as smtp_ident
-
-from usertcp.net import netns
 
 DEV = "utapps0"
 PEER, US = "10.78.0.1", "10.78.0.2"            # kernel side of the TUN, usertcp's address
