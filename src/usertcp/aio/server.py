@@ -238,7 +238,9 @@ class Server(asyncio.AbstractServer):
 
     def _accept_ready(self) -> None:
         for lsock in self._socks:
-            while self._serving:
+            lst = lsock.listener
+            # Runs after every driver step: look at the queue before paying for accept().
+            while self._serving and lst is not None and lst.accept_queue:
                 try:
                     child, _addr = lsock.accept()
                 except BlockingIOError:

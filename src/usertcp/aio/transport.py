@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import os
 import socket as _socket
 from collections import deque
@@ -29,8 +28,10 @@ _BUFFERED_HINT = 64 * 1024        # the size hint given to BufferedProtocol.get_
 
 def _sockaddr(addr: bytes, port: int) -> tuple[Any, ...]:
     """asyncio's address shape: (host, port) for IPv4, (host, port, flowinfo, scope_id) for IPv6."""
-    ip = str(ipaddress.ip_address(addr))
-    return (ip, port) if len(addr) == 4 else (ip, port, 0, 0)
+    # inet_ntop, not ipaddress: this runs for every accepted connection.
+    if len(addr) == 4:
+        return (_socket.inet_ntop(_socket.AF_INET, addr), port)
+    return (_socket.inet_ntop(_socket.AF_INET6, addr), port, 0, 0)
 
 
 class TransportSocket:
@@ -49,9 +50,13 @@ class TransportSocket:
     type = _socket.SOCK_STREAM
     proto = _socket.IPPROTO_TCP
 
-    def __init__(self, sock: usock.Socket) -> None:
+    def __init__(self, sock: usock.Socket,
+                 names: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None) -> None:
         self._sock = sock
         self.family = _socket.AddressFamily(int(sock.family))
+        # (sockname, peername) of a connected socket: fixed, so asked of the socket only once
+        # (servers such as uvicorn ask for the peer's address on every connection).
+        self._names = names
 
     @property
     def conn(self) -> Connection | None:
@@ -70,10 +75,10 @@ class TransportSocket:
         return -1
 
     def getsockname(self) -> tuple[Any, ...]:
-        return self._sock.getsockname()
+        return self._names[0] if self._names is not None else self._sock.getsockname()
 
     def getpeername(self) -> tuple[Any, ...]:
-        return self._sock.getpeername()
+        return self._names[1] if self._names is not None else self._sock.getpeername()
 
     def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None) -> None:
         self._sock.setsockopt(level, optname, value, optlen)
@@ -128,10 +133,14 @@ class UsertcpTransport(asyncio.Transport):
         conn = sock.connection
         if conn is None:
             raise ValueError("UsertcpTransport needs a connected usertcp socket")
-        self._tsock = TransportSocket(sock)
+        if sock.family == usock.AF_INET6 or len(conn.local_ip) == 16:
+            names = (sock.getsockname(), sock.getpeername())     # the socket's v4-mapped rules
+        else:
+            names = (_sockaddr(conn.local_ip, conn.local_port), _sockaddr(conn.remote_ip, conn.remote_port))
+        self._tsock = TransportSocket(sock, names)
         super().__init__({
-            "peername": _sockaddr(conn.remote_ip, conn.remote_port),
-            "sockname": _sockaddr(conn.local_ip, conn.local_port),
+            "peername": names[1],
+            "sockname": names[0],
             "socket": self._tsock,
             "connection": conn,
             "stack": conn.stack,
@@ -299,7 +308,12 @@ class UsertcpTransport(asyncio.Transport):
         chunk = data if isinstance(data, bytes) else bytes(data)   # the caller may reuse its buffer
         self._buf.append(chunk)
         self._buf_size += len(chunk)
-        self._flush()
+        # Writes made in one loop iteration go to TCP together at its end (as Linux's
+        # tcp_autocorking merges small writes while earlier ones are still queued): a server
+        # writing headers then body sends one segment, not two.
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_ready)
         self._maybe_pause_protocol()
 
     def writelines(self, list_of_data: Any) -> None:
