@@ -266,6 +266,10 @@ def test_transport_options_and_buffered_protocol() -> None:
             self.buf = bytearray(4096)
             self.data = bytearray()
             self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.transport: asyncio.BaseTransport
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
 
         def get_buffer(self, sizehint: int) -> bytearray:
             return self.buf
@@ -288,14 +292,16 @@ def test_transport_options_and_buffered_protocol() -> None:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
+        assert isinstance(loop, aio.UsertcpEventLoop)        # keep_alive= is 3.13 asyncio, ours on 3.11
         sinks: list[Sink] = []
 
         def make_sink() -> Sink:
             sinks.append(Sink())
             return sinks[-1]
 
-        server = await loop.create_server(make_sink, B, 80)
+        server = await loop.create_server(make_sink, B, 80, keep_alive=True)
         transport, proto = await loop.create_connection(Pauser, B, 80)
+        assert isinstance(proto, Pauser)
         sock = transport.get_extra_info("socket")
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1     # asyncio's default
         assert sock.fileno() == -1 and sock.getpeername() == (B, 80)
@@ -309,6 +315,9 @@ def test_transport_options_and_buffered_protocol() -> None:
         transport.write_eof()
         while not sinks:
             await asyncio.sleep(0.001)
+        accepted = sinks[0].transport.get_extra_info("socket")
+        assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1     # keep_alive=True
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
         await sinks[0].done
         assert len(sinks[0].data) == 3_000_000
         assert proto.events == ["pause", "resume"]

@@ -166,6 +166,9 @@ class UsertcpEventLoop(asyncio.SelectorEventLoop):
     ``network`` (in-memory, virtual time unless ``virtual_time=False``) or ``stack`` +
     ``device`` (a TUN device, real time; ``pcap`` records its packets). ``hosts`` is the
     name table for ``getaddrinfo``; ``start_time`` the virtual clock's first reading.
+    A network takes one driver for its lifetime, so it serves one loop: build a new
+    network for the next ``run``. ``reuse_port`` of ``create_server`` is accepted and
+    ignored (usertcp has no SO_REUSEPORT groups).
     """
 
     def __init__(self, network: Network | None = None, *, stack: Stack | None = None,
@@ -386,6 +389,9 @@ class UsertcpEventLoop(asyncio.SelectorEventLoop):
             socks = [s]
         else:
             socks = await self._listen_all(host, port or 0, family, flags, backlog)
+        if keep_alive:
+            for s in socks:               # accepted connections inherit it (Linux sk_clone)
+                s.setsockopt(usock.SOL_SOCKET, usock.SO_KEEPALIVE, 1)
         server = Server(self.driver, socks, protocol_factory, ssl=ssl,
                         ssl_handshake_timeout=ssl_handshake_timeout,
                         ssl_shutdown_timeout=ssl_shutdown_timeout)
