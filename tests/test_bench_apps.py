@@ -15,7 +15,7 @@ from usertcp.bench import apps
 
 
 @pytest.mark.parametrize("bad", [{"duration": 0}, {"duration": 31}, {"connections": 0},
-                                 {"setup_rounds": 9}, {"generator": "ab"}])
+                                 {"setup_rounds": 9}, {"rounds": 0}, {"generator": "ab"}])
 def test_run_rejects_unbounded_or_bad_arguments(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         apps.run(**bad)  # type: ignore[arg-type]

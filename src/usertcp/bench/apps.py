@@ -12,10 +12,11 @@ server under test is a subprocess (``python -m usertcp.bench.apps serve ...``) e
 HTTP/1.1 requests per second come from ``wrk`` (Debian package ``wrk``) when it is
 installed, else from a bounded Python load generator (``generator`` says which), for
 ``duration`` seconds each, with keep-alive (``connections`` connections) and without
-(``Connection: close``, one request per connection). ``ratio_*`` is usertcp's rate over the
-kernel's, measured in the same run. ``profile`` is a cProfile summary (top functions by own
-time) of a separate, profiled keep-alive run of the usertcp server: profiling slows it, so
-it is not the measured run.
+(``Connection: close``, one request per connection). Kernel and usertcp alternate
+``rounds`` times; ``ratio_*`` is usertcp's median rate over the kernel's, in the same run.
+``profile`` is a cProfile summary (top functions by own time, and own time by area) of a
+separate, profiled keep-alive run of the usertcp server: profiling slows it, so it is not
+the measured run.
 
 The connection setup rate (connect, read the banner, close) is measured against an SMTP
 server (aiosmtpd) on usertcp over TUN, once with the greeting sent by the application after
@@ -402,29 +403,43 @@ def _veth_peer_up() -> None:
 
 
 def _http_runs(client_ns: str, server_ns: str, seconds: float, connections: int, use_wrk: bool,
-               profile_seconds: float, profile_top: int, tmp: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for mode, ns, address in (("kernel", server_ns, VETH_SERVER), ("usertcp", client_ns, US)):
-        srv = _Server(ns, "--mode", mode, "--app", "http")
-        try:
-            for keepalive in (True, False):
-                key = f"{mode}_{'keepalive' if keepalive else 'close'}"
-                out[key] = _load(client_ns, address, seconds, connections, keepalive, use_wrk)
-        finally:
-            srv.stop()
+               rounds: int) -> dict[str, Any]:
+    """Kernel and usertcp alternated ``rounds`` times (the machine is shared and noisy); medians."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    servers = (("kernel", server_ns, VETH_SERVER), ("usertcp", client_ns, US))
+    for i in range(rounds):
+        for mode, ns, address in servers if i % 2 == 0 else servers[::-1]:
+            srv = _Server(ns, "--mode", mode, "--app", "http")
+            try:
+                for keepalive in (True, False):
+                    key = f"{mode}_{'keepalive' if keepalive else 'close'}"
+                    runs.setdefault(key, []).append(_load(client_ns, address, seconds, connections, keepalive,
+                                                          use_wrk))
+            finally:
+                srv.stop()
+    out: dict[str, Any] = {"rounds": rounds}
+    for key, results in runs.items():
+        rates = sorted(r["rps"] for r in results)
+        out[key] = {"rps_median": rates[len(rates) // 2], "rps": [r["rps"] for r in results],
+                    "requests": sum(r["requests"] for r in results),
+                    "errors": sum(r["errors"] + r.get("non_2xx", 0) for r in results)}
     for kind in ("keepalive", "close"):
-        kernel = out[f"kernel_{kind}"]["rps"]
-        out[f"ratio_{kind}"] = round(out[f"usertcp_{kind}"]["rps"] / kernel, 3) if kernel else None
-    if profile_seconds > 0:
-        prof_file = tmp / "profile.json"
-        srv = _Server(client_ns, "--mode", "usertcp", "--app", "http", "--profile", str(prof_file),
-                      "--top", str(profile_top))
-        try:
-            profiled = _load(client_ns, US, profile_seconds, connections, True, use_wrk)
-        finally:
-            srv.stop()
-        out["profile"] = {"rps_while_profiled": profiled["rps"], **json.loads(prof_file.read_text())}
+        kernel = out[f"kernel_{kind}"]["rps_median"]
+        out[f"ratio_{kind}"] = round(out[f"usertcp_{kind}"]["rps_median"] / kernel, 3) if kernel else None
     return out
+
+
+def _profile_run(client_ns: str, profile_seconds: float, profile_top: int, connections: int, use_wrk: bool,
+                 tmp: Path) -> dict[str, Any]:
+    """A separate keep-alive run of the usertcp server under cProfile (slower: not a measured run)."""
+    prof_file = tmp / "profile.json"
+    srv = _Server(client_ns, "--mode", "usertcp", "--app", "http", "--profile", str(prof_file),
+                  "--top", str(profile_top))
+    try:
+        profiled = _load(client_ns, US, profile_seconds, connections, True, use_wrk)
+    finally:
+        srv.stop()
+    return {"rps_while_profiled": profiled["rps"], **json.loads(prof_file.read_text())}
 
 
 def _setup_runs(client_ns: str, seconds: float, concurrency: int, rounds: int) -> dict[str, Any]:
@@ -451,16 +466,18 @@ def _setup_runs(client_ns: str, seconds: float, concurrency: int, rounds: int) -
     return out
 
 
-def run(duration: float = 3.0, connections: int = 10, setup_duration: float = 2.0, setup_concurrency: int = 4,
-        setup_rounds: int = 2, profile_duration: float = 2.0, profile_top: int = 12,
-        generator: str = "auto") -> dict[str, Any]:
+def run(duration: float = 3.0, connections: int = 10, rounds: int = 2, setup_duration: float = 2.0,
+        setup_concurrency: int = 4, setup_rounds: int = 2, profile_duration: float = 2.0,
+        profile_top: int = 12, generator: str = "auto") -> dict[str, Any]:
     """Measure; see the module docstring. ``generator``: ``auto`` (wrk if installed), ``wrk``, ``python``."""
     if os.geteuid() != 0 or not os.path.exists("/dev/net/tun"):
         raise ValueError("bench apps needs root and /dev/net/tun (it makes network namespaces)")
     if not 0 < duration <= 30 or not 0 < setup_duration <= 30 or not 0 <= profile_duration <= 30:
         raise ValueError("durations must be in (0, 30] seconds (bounded runs)")
-    if not 1 <= connections <= 256 or not 1 <= setup_concurrency <= 256 or not 1 <= setup_rounds <= 5:
-        raise ValueError("connections and setup_concurrency must be 1-256, setup_rounds 1-5")
+    if not 1 <= connections <= 256 or not 1 <= setup_concurrency <= 256:
+        raise ValueError("connections and setup_concurrency must be 1-256")
+    if not 1 <= rounds <= 5 or not 1 <= setup_rounds <= 5:
+        raise ValueError("rounds and setup_rounds must be 1-5")
     if generator not in ("auto", "wrk", "python"):
         raise ValueError("generator must be auto, wrk or python")
     use_wrk = generator == "wrk" or (generator == "auto" and shutil.which("wrk") is not None)
@@ -472,8 +489,10 @@ def run(duration: float = 3.0, connections: int = 10, setup_duration: float = 2.
             netns.namespace("utapc") as client_ns, netns.namespace("utaps") as server_ns:
         netns.call_in_namespace(client_ns, _veth_setup, server_ns)
         netns.call_in_namespace(server_ns, _veth_peer_up)
-        results["http"] = _http_runs(client_ns, server_ns, duration, connections, use_wrk, profile_duration,
-                                     profile_top, Path(d))
+        results["http"] = _http_runs(client_ns, server_ns, duration, connections, use_wrk, rounds)
+        if profile_duration > 0:
+            results["profile"] = _profile_run(client_ns, profile_duration, profile_top, connections, use_wrk,
+                                              Path(d))
         results["setup"] = _setup_runs(client_ns, setup_duration, setup_concurrency, setup_rounds)
     results["goal_keepalive_0_7_of_kernel"] = (results["http"]["ratio_keepalive"] or 0) >= 0.7
     return results
