@@ -410,3 +410,22 @@ def test_sendfile_on_a_transport() -> None:
         return data
 
     assert aio.run(main(), net) == b"x" * 100_000
+
+
+def test_memnet_in_real_time() -> None:
+    net, _a, _b = world()
+
+    async def main() -> tuple[bool, bytes, tuple[str, int]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, aio.UsertcpEventLoop)
+        server = await asyncio.start_server(echo, B, 7)
+        reader, writer = await asyncio.open_connection(B, 7)
+        writer.write(b"real time")
+        data = await reader.readexactly(9)
+        writer.close()
+        name = server.sockets[0].getsockname()
+        server.close()
+        return loop.virtual_time, data, name
+
+    virtual, data, name = aio.run(main(), net, virtual_time=False)
+    assert not virtual and data == b"real time" and name == (B, 7)
