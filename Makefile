@@ -12,13 +12,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Tools the tests use from the system (tshark checks our pcaps, iproute2/tc for the TUN tests).
+# Tools the tests use from the system (tshark checks our pcaps, iproute2/tc for the TUN tests;
+# curl, openssl and wrk are the kernel-side clients of the asyncio apps tests and bench apps).
 system-deps:
-	@if ! command -v tshark >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1 || ! command -v tcpdump >/dev/null 2>&1; then \
+	@if ! command -v tshark >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1 || ! command -v tcpdump >/dev/null 2>&1 \
+	    || ! command -v curl >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing tshark, tcpdump, iproute2"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark tcpdump iproute2) >/dev/null; \
-	  else echo "warning: tshark/tcpdump/iproute2 missing and not root; tests that need them will be skipped"; fi; \
+	    echo "installing tshark, tcpdump, iproute2, curl, openssl, wrk"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark tcpdump iproute2 \
+	      curl openssl wrk) >/dev/null; \
+	  else echo "warning: tshark/tcpdump/iproute2/curl/openssl/wrk missing and not root; tests that need them will be skipped"; fi; \
 	fi
 
 demo: $(STAMP)
