@@ -181,7 +181,7 @@ class Connection:
         self.passive = False
         self.was_time_wait = False
         self.timer_deadline = INF
-        self.mib = stack.counters
+        self.mib = stack.counters.table   # the packet path increments the dict itself
 
         # Send sequence space, as offsets from ISS (§3.3.1).
         self.iss = 0
@@ -830,11 +830,6 @@ class Connection:
         if self.state is not State.CLOSED:
             self.output(now)
             self._schedule()
-
-    def take_error(self) -> int:
-        """Read and clear the pending socket error (SO_ERROR semantics)."""
-        err, self.error = self.error, 0
-        return err
 
     def recv(self, n: int, now: float) -> bytes:
         data = self.rcv_buf.read(n)

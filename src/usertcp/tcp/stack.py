@@ -74,6 +74,9 @@ class Listener:
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG on the listening socket
         self.family: int | None = None         # 4 or 6: only SYNs of that IP version (AF_INET)
         self.child_init: Callable[[Connection], None] | None = None   # per-child setup (e.g. cc)
+        # Time of the last SYN-queue overflow (Linux rx_opt.ts_recent_stamp of the listener,
+        # set by tcp_synq_overflow); None: never. SYN cookies are checked only shortly after.
+        self.synq_overflow_time: float | None = None
         cfg = stack.config.fastopen
         if cfg & TFO_SERVER_WO_SOCKOPT1 and cfg & TFO_SERVER_ENABLE:
             fastopen.install(stack)       # inet_listen: the backlog is the TFO queue length
@@ -143,6 +146,10 @@ class Listener:
         cfg = self.stack.config
         return cfg.fastopen_key, cfg.fastopen_backup_key
 
+    def note_synq_overflow(self, now: float) -> None:
+        """Linux tcp_synq_overflow(): a cookie SYN-ACK was sent for this listener."""
+        self.synq_overflow_time = now
+
     # ---------------------------------------------------------------- queues
 
     def accept(self) -> Connection | None:
@@ -206,7 +213,7 @@ class Stack:
         self.now = now
         if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified):
             return
-        mib = self.counters
+        mib = self.counters.table
         try:
             seg = parse_packet(packet, verify_checksum=not checksum_verified)
         except NotTcp as other:
@@ -229,7 +236,7 @@ class Stack:
 
     def _icmp_receive(self, where: NotTcp, now: float) -> None:
         """ICMP/ICMPv6 for one of our addresses: validated and counted, then to TCP's handler."""
-        mib = self.counters
+        mib = self.counters.table
         if where.dst not in self.addresses:
             mib["IpInAddrErrors"] += 1
             return
@@ -318,9 +325,9 @@ class Stack:
             adv = (ack - una) & 0xFFFFFFFF
             if adv == 0 or adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
                 return False
-            self.counters["TcpInSegs"] += 1
-            self.counters[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-            self.counters["TcpExtTCPHPAcks"] += 1
+            self.counters.table["TcpInSegs"] += 1
+            self.counters.table[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
+            self.counters.table["TcpExtTCPHPAcks"] += 1
             conn.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
             return True
         if ack != una or len(payload) > conn.rcv_adv - conn.rcv_nxt:
@@ -328,9 +335,9 @@ class Stack:
         mem = self.mem
         if mem.limit and mem.used + len(payload) > mem.limit:
             return False                 # the slow path drops and counts it
-        self.counters["TcpInSegs"] += 1
-        self.counters[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-        self.counters["TcpExtTCPHPHits"] += 1
+        self.counters.table["TcpInSegs"] += 1
+        self.counters.table[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
+        self.counters.table["TcpExtTCPHPHits"] += 1
         conn.fast_data(payload, ts_val, ts_ecr, now, tos & 3)
         return True
 
@@ -368,7 +375,7 @@ class Stack:
         """
         refuse = self.tx_refuse
         if refuse is not None and refuse(pkt):
-            self.counters["UsertcpTxLocalDrops"] += 1
+            self.counters.table["UsertcpTxLocalDrops"] += 1
             return False
         self._out.append(pkt)
         return True
@@ -415,7 +422,7 @@ class Stack:
         conn.was_time_wait = True
         self.time_wait_count += 1
         if self.time_wait_count > self.config.max_time_wait:
-            self.counters["TcpExtTCPTimeWaitOverflow"] += 1
+            self.counters.table["TcpExtTCPTimeWaitOverflow"] += 1
             conn._close_now(self.now)
 
     def trace_state(self, conn: Connection, old: State, new: State, now: float) -> None:
@@ -501,7 +508,7 @@ class Stack:
         if listener is None:
             return False
         conn._close_now(now)
-        self.counters["TcpExtTWRecycled"] += 1
+        self.counters.table["TcpExtTWRecycled"] += 1
         self._listen_syn(listener, seg, now)
         return True
 
@@ -512,13 +519,13 @@ class Stack:
         if key is None:
             if seg.md5 is None:
                 return True
-            self.counters["TcpExtTCPMD5Unexpected"] += 1
+            self.counters.table["TcpExtTCPMD5Unexpected"] += 1
             return False
         if seg.md5 is None:
-            self.counters["TcpExtTCPMD5NotFound"] += 1
+            self.counters.table["TcpExtTCPMD5NotFound"] += 1
             return False
         if not verify_segment_md5(seg, key):
-            self.counters["TcpExtTCPMD5Failure"] += 1
+            self.counters.table["TcpExtTCPMD5Failure"] += 1
             return False
         return True
 
@@ -553,7 +560,7 @@ class Stack:
             if flags & SYN:
                 self._listen_syn(listener, seg, now)
             return
-        self.counters["UsertcpNoSocket"] += 1
+        self.counters.table["UsertcpNoSocket"] += 1
         self.send_reset_for(seg, now)
 
     def _find_listener(self, ip: bytes, port: int) -> Listener | None:
@@ -566,7 +573,7 @@ class Stack:
 
     def _listen_syn(self, listener: Listener, seg: Segment, now: float) -> None:
         cfg = self.config
-        mib = self.counters
+        mib = self.counters.table
         if len(listener.accept_queue) >= listener.backlog:
             # Linux drops SYNs while the accept queue is full (ListenOverflows).
             mib["TcpExtListenOverflows"] += 1
@@ -606,7 +613,7 @@ class Stack:
             return
         if seg.md5 is not None and md5_key is None:
             # RFC 2385: never answer a signed segment with an unsigned reset (Linux does the same).
-            self.counters["UsertcpMd5ResetSuppressed"] += 1
+            self.counters.table["UsertcpMd5ResetSuppressed"] += 1
             return
         if self.hooks is not None and not self.hooks.may_send_reset(seg):
             return
@@ -618,8 +625,8 @@ class Stack:
         pkt = build_packet(src=seg.dst, dst=seg.src, sport=seg.dport, dport=seg.sport, seq=seq, ack=ack,
                            flags=flags, window=0, ttl=self.config.ttl,
                            options=encode_options(md5=True) if md5_key is not None else b"", md5_key=md5_key)
-        self.counters["TcpOutRsts"] += 1
-        self.counters["TcpOutSegs"] += 1
+        self.counters.table["TcpOutRsts"] += 1
+        self.counters.table["TcpOutSegs"] += 1
         self.output(pkt)
 
     # -------------------------------------------------------- application API

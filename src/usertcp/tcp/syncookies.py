@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import enum
 import struct
-import weakref
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -88,9 +87,6 @@ TS_OPT_ECN = 1 << 5
 _M32 = 0xFFFFFFFF
 _PORTS = struct.Struct("!HHI")
 
-# Per-listener time of the last SYN-queue overflow (Linux rx_opt.ts_recent_stamp of the
-# listener, set by tcp_synq_overflow). Weak, so a closed listener leaves nothing behind.
-_last_overflow: weakref.WeakKeyDictionary[Listener, float] = weakref.WeakKeyDictionary()
 
 
 class SynVerdict(enum.Enum):
@@ -246,7 +242,7 @@ def on_syn_overflow(stack: Stack, listener: Listener, seg: Segment, now: float) 
                        ack=(seg.seq + 1) & _M32, flags=SYN | ACK | (ECE if ecn_ok else 0),
                        window=window, options=options,
                        ttl=cfg.ttl, md5_key=md5_key, csum_partial=stack.tx_csum_offload)
-    _last_overflow[listener] = now
+    listener.note_synq_overflow(now)
     mib["TcpExtSyncookiesSent"] += 1
     mib["TcpOutSegs"] += 1
     stack.output(pkt)
@@ -263,7 +259,7 @@ def cookie_ack(stack: Stack, listener: Listener, seg: Segment, now: float) -> bo
     cfg = stack.config
     if not cfg.syncookies or seg.flags & SYN:
         return False
-    last = _last_overflow.get(listener)
+    last = listener.synq_overflow_time
     if last is None or now - last > SYNCOOKIE_VALID:
         return False
     mib = stack.counters
