@@ -27,7 +27,6 @@ import errno
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
@@ -37,6 +36,15 @@ from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
+from usertcp.tcp.states import (
+    CURR_ESTAB,
+    RECEIVING,
+    SENDING,
+    SYNCHRONIZED,
+    Effect,
+    State,
+    transition_effects,
+)
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import (
     ACK,
@@ -76,29 +84,6 @@ SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
 RESOURCE_PROBE_INTERVAL = 0.5
 TIMEOUT_MIN = 0.002
 
-
-class State(IntEnum):
-    """TCP states, numbered as Linux's tcpi_state so tcp_info reads the same."""
-
-    ESTABLISHED = 1
-    SYN_SENT = 2
-    SYN_RECEIVED = 3
-    FIN_WAIT_1 = 4
-    FIN_WAIT_2 = 5
-    TIME_WAIT = 6
-    CLOSED = 7
-    CLOSE_WAIT = 8
-    LAST_ACK = 9
-    LISTEN = 10
-    CLOSING = 11
-
-
-SYNCHRONIZED = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2, State.CLOSE_WAIT,
-                          State.CLOSING, State.LAST_ACK, State.TIME_WAIT})
-# States in which received data is still delivered (RFC 9293 §3.10.7.4, seventh step).
-RECEIVING = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2})
-# States in which the application may still send.
-SENDING = frozenset({State.ESTABLISHED, State.CLOSE_WAIT, State.SYN_SENT, State.SYN_RECEIVED})
 
 # Header prediction (Linux pred_flags): the 4th header word with the reserved bits, AE and
 # PSH masked out; the prediction is (header length << 28) | ACK << 16 | expected window.
@@ -471,26 +456,30 @@ class Connection:
         return self.state in SYNCHRONIZED
 
     def _set_state(self, state: State, now: float) -> None:
+        """Take one transition of the state table (``tcp/states.py``) with its side effects;
+        a transition the table does not list raises ``IllegalTransition``."""
         old = self.state
         if state is old:
             return
+        effects = transition_effects(old, state)
         self.state = state
-        # TcpCurrEstab counts ESTABLISHED and CLOSE_WAIT, as RFC 4022 tcpCurrEstab does.
-        was = old is State.ESTABLISHED or old is State.CLOSE_WAIT
-        now_in = state is State.ESTABLISHED or state is State.CLOSE_WAIT
+        was = old in CURR_ESTAB
+        now_in = state in CURR_ESTAB
         if now_in and not was:
             self.mib["TcpCurrEstab"] += 1
         elif was and not now_in:
             self.mib["TcpCurrEstab"] -= 1
         self.sk_wakeups += 1             # sk_state_change() wakes every sleeper
-        if state is State.ESTABLISHED and old in (State.SYN_SENT, State.SYN_RECEIVED):
+        if effects & Effect.OPENED:
             self.mib["TcpActiveOpens" if not self.passive else "TcpPassiveOpens"] += 1
             if not self.sndbuf_locked:
                 self._sndbuf_expand()    # tcp_init_buffer_space()
             self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
-        if state is State.CLOSED and old in (State.SYN_SENT, State.SYN_RECEIVED):
+        elif effects & Effect.ATTEMPT_FAILED:
             self.mib["TcpAttemptFails"] += 1
         self.stack.trace_state(self, old, state, now)
+        if effects & Effect.TIME_WAIT:
+            self._time_wait_entered(now)
 
     def _compute_mss(self) -> None:
         """Effective send MSS: the peer's MSS less our per-segment options (RFC 9293 §3.7.1)."""
@@ -1460,12 +1449,12 @@ class Connection:
             if self.closed_by_app:
                 self.time_wait_deadline = now + self.config.fin_timeout
         elif st is State.CLOSING:
-            self._enter_time_wait(now)
+            self._set_state(State.TIME_WAIT, now)
         elif st is State.LAST_ACK:
             self._close_now(now)
 
-    def _enter_time_wait(self, now: float) -> None:
-        self._set_state(State.TIME_WAIT, now)
+    def _time_wait_entered(self, now: float) -> None:
+        """The TIME_WAIT effect of the state table: only the 2 MSL timer runs (RFC 9293 §3.10.7.4)."""
         self.rto_deadline = self.delack_deadline = self.probe_deadline = self.keepalive_deadline = INF
         self.rtx.clear()
         self.time_wait_deadline = now + self.config.time_wait
@@ -1843,12 +1832,11 @@ class Connection:
         if st is State.ESTABLISHED:
             self._set_state(State.CLOSE_WAIT, now)
         elif st is State.FIN_WAIT_1:
-            if self.fin_queued and self.snd_una >= self.snd_buf.end + 2:
-                self._enter_time_wait(now)
-            else:
-                self._set_state(State.CLOSING, now)
+            # Our FIN is not acked: step five (ACK) already moved an acked one to FIN-WAIT-2,
+            # so a FIN here crosses ours (Linux tcp_fin: FIN_WAIT1 -> CLOSING).
+            self._set_state(State.CLOSING, now)
         elif st is State.FIN_WAIT_2:
-            self._enter_time_wait(now)
+            self._set_state(State.TIME_WAIT, now)
 
     def _schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
         """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
