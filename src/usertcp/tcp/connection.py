@@ -66,7 +66,8 @@ from usertcp.wire.tcp import encode_options
 
 if TYPE_CHECKING:
     from usertcp.tcp.config import StackConfig
-    from usertcp.tcp.stack import Listener, Stack
+    from usertcp.tcp.host import ConnectionHost
+    from usertcp.tcp.stack import Listener
 
 INF = float("inf")
 # Path-MTU discovery modes (IP_MTU_DISCOVER values, linux/in.h).
@@ -139,7 +140,7 @@ class SentSegment:
 class Connection:
     """A TCP control block (RFC 9293 §3.3.1) and its buffers."""
 
-    def __init__(self, stack: Stack, local_ip: bytes, local_port: int, remote_ip: bytes,
+    def __init__(self, stack: ConnectionHost, local_ip: bytes, local_port: int, remote_ip: bytes,
                  remote_port: int) -> None:
         cfg = stack.config
         self.stack = stack
@@ -873,7 +874,7 @@ class Connection:
         self.closed_by_app = True
         self.read_shutdown = True
         if self.state is not State.CLOSED:
-            self.stack.orphans += 1    # _close_now takes it off again
+            self.stack.orphan_count_add(1)    # _close_now takes it off again
         st = self.state
         if st in (State.CLOSED, State.LISTEN):
             self._close_now(now)
@@ -900,7 +901,7 @@ class Connection:
                         self._emit_new(now, max(self.snd_nxt, 1), 0, fin=True)
                 else:
                     self._queue_fin(now)
-        if self.state is not State.CLOSED and self.stack.orphans > self.config.max_orphans:
+        if self.state is not State.CLOSED and self.stack.orphan_count_add(0) > self.config.max_orphans:
             # Linux tcp_too_many_orphans: past the bound an orphan is reset, not kept.
             self.mib["TcpExtTCPAbortOnMemory"] += 1
             self.abort(now)
@@ -916,7 +917,7 @@ class Connection:
 
     def _close_now(self, now: float) -> None:
         if self.closed_by_app and self.state is not State.CLOSED:
-            self.stack.orphans -= 1
+            self.stack.orphan_count_add(-1)
         # Unsent data goes with the connection: give its memory back to the stack's account.
         if self.snd_buf.acct is not None:
             self.snd_buf.acct.used -= len(self.snd_buf)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from usertcp.tcp.config import (
     TFO_CLIENT_ENABLE,
@@ -58,7 +58,8 @@ from usertcp.wire.tcp import MAX_OPTIONS_LEN, options_length
 
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
-    from usertcp.tcp.stack import Listener, Stack
+    from usertcp.tcp.host import ConnectionHost, FeatureHooks
+    from usertcp.tcp.stack import Listener
 
 __all__ = ["PRELOAD_MAX", "CookieEntry", "FastOpen", "TfoState", "cookie_cached", "install", "tfo_connect"]
 
@@ -103,7 +104,7 @@ class CookieEntry:
 class FastOpen:
     """The hooks object: fast open and preload for one stack."""
 
-    def __init__(self, stack: Stack, inner: Any = None) -> None:
+    def __init__(self, stack: ConnectionHost, inner: FeatureHooks | None = None) -> None:
         self.stack = stack
         self.inner = inner               # a previously installed hooks object
         self.cookie_cache: dict[bytes, CookieEntry] = {}
@@ -319,7 +320,7 @@ def _option_fits(conn: Connection, synack: bool, cookie: bytes, exp: bool) -> bo
     return need <= MAX_OPTIONS_LEN
 
 
-def install(stack: Stack) -> FastOpen:
+def install(stack: ConnectionHost) -> FastOpen:
     """Put a FastOpen in ``stack.hooks`` (idempotent); an existing hooks object is wrapped."""
     hooks = stack.hooks
     if isinstance(hooks, FastOpen):
@@ -329,7 +330,7 @@ def install(stack: Stack) -> FastOpen:
     return fo
 
 
-def cookie_cached(stack: Stack, remote_ip: bytes) -> bool:
+def cookie_cached(stack: ConnectionHost, remote_ip: bytes) -> bool:
     """Whether a TCP_FASTOPEN_CONNECT socket would defer its SYN to the first write."""
     cfg = stack.config
     if not cfg.fastopen & TFO_CLIENT_ENABLE:

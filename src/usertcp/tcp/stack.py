@@ -21,6 +21,7 @@ from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackC
 from usertcp.tcp.connection import HP_MASK, INF, Connection, State
 from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
+from usertcp.tcp.host import FeatureHooks
 from usertcp.tcp.icmp_errors import icmp_arrives
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.siphash import siphash24
@@ -199,7 +200,7 @@ class Stack:
         self.gso_max_size = 0             # > 0 when the link segments for us (TSO)
         self.tx_csum_offload = False
         self.tracer: Callable[[dict[str, Any]], None] | None = None
-        self.hooks: Any = None            # feature extensions (fast open, preload, MD5)
+        self.hooks: FeatureHooks | None = None   # feature extensions (fast open, preload)
         # Set by a driver or link whose local queue can refuse a packet (Linux: a qdisc
         # answering NET_XMIT_DROP): called with each packet before it is queued for
         # ``datagrams_to_send``; True means refused, and TCP reacts to the local congestion.
@@ -379,6 +380,11 @@ class Stack:
             return False
         self._out.append(pkt)
         return True
+
+    def orphan_count_add(self, delta: int) -> int:
+        """Connections closed by the application and not yet CLOSED (Linux tcp_orphan_count)."""
+        self.orphans += delta
+        return self.orphans
 
     def schedule(self, conn: Connection, deadline: float) -> None:
         self._timer_seq += 1
