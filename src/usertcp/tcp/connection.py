@@ -24,7 +24,6 @@ Rules followed (section numbers of the RFCs cited):
 from __future__ import annotations
 
 import errno
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -34,6 +33,18 @@ from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.reassembly import ReassemblyQueue
+from usertcp.tcp.recovery import (
+    CA_CWR,
+    CA_DISORDER,
+    CA_LOSS,
+    CA_OPEN,
+    CA_RECOVERY,
+    ECN_DEMAND_CWR,
+    ECN_OK,
+    ECN_QUEUE_CWR,
+    ECN_SEEN,
+    SentSegment,
+)
 from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import (
@@ -45,6 +56,7 @@ from usertcp.tcp.states import (
     State,
     transition_effects,
 )
+from usertcp.tcp.timers import INF, Timers
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import (
     ACK,
@@ -69,7 +81,6 @@ if TYPE_CHECKING:
     from usertcp.tcp.host import ConnectionHost
     from usertcp.tcp.stack import Listener
 
-INF = float("inf")
 # Path-MTU discovery modes (IP_MTU_DISCOVER values, linux/in.h).
 IP_PMTUDISC_DONT, IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE = 0, 1, 2, 3
 # Linux ip_dont_fragment(): IPv4 DF only with IP_PMTUDISC_WANT (the default) or IP_PMTUDISC_DO.
@@ -80,24 +91,12 @@ GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size w
 MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
 SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
 SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
-# Linux TCP_RESOURCE_PROBE_INTERVAL (HZ/2): the retry interval after the local queue refused
-# a transmission (NET_XMIT_DROP), without backoff; TCP_TIMEOUT_MIN (2 jiffies) floors timers.
-RESOURCE_PROBE_INTERVAL = 0.5
-TIMEOUT_MIN = 0.002
 
 
 # Header prediction (Linux pred_flags): the 4th header word with the reserved bits, AE and
 # PSH masked out; the prediction is (header length << 28) | ACK << 16 | expected window.
 HP_MASK = 0xF0F7FFFF
 
-# Linux congestion-avoidance states for tcpi_ca_state.
-CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
-
-# Linux tp->ecn_flags (include/net/tcp.h).
-ECN_OK = 0x1           # negotiated in the handshake
-ECN_QUEUE_CWR = 0x2    # cwnd was reduced: set CWR on the next new data segment
-ECN_DEMAND_CWR = 0x4   # a CE mark arrived: set ECE on every segment until the peer's CWR
-ECN_SEEN = 0x8         # an ECT or CE segment arrived
 
 # tcpi_options bits (include/uapi/linux/tcp.h).
 TCPI_OPT_TIMESTAMPS = 1
@@ -118,23 +117,6 @@ def ecn_syn_acceptable(seg: Segment, cfg: StackConfig) -> bool:
     if seg.flags & (ECE | CWR) != ECE | CWR or not cfg.ecn:
         return False
     return seg.ecn == ECN_NOT_ECT or bool(seg.flags & AE)
-
-
-class SentSegment:
-    """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
-
-    __slots__ = ("end", "fin", "first_tx", "lost", "retrans", "sacked", "start", "tx_count", "tx_time")
-
-    def __init__(self, start: int, end: int, fin: bool, now: float) -> None:
-        self.start = start
-        self.end = end
-        self.fin = fin
-        self.tx_time = now
-        self.first_tx = now
-        self.tx_count = 1
-        self.retrans = False
-        self.sacked = False
-        self.lost = False
 
 
 class Connection:
@@ -168,6 +150,7 @@ class Connection:
         self.was_time_wait = False
         self.timer_deadline = INF
         self.mib = stack.counters.table   # the packet path increments the dict itself
+        self.timers = Timers(self)
 
         # Send sequence space, as offsets from ISS (§3.3.1).
         self.iss = 0
@@ -195,15 +178,7 @@ class Connection:
         self.high_sacked = 0
         self.snd_sml = 0               # end of the last small segment (Minshall's Nagle)
         self.total_retrans = 0
-        self.retransmits = 0           # consecutive RTO count (tcpi_retransmits)
         self.syn_retries = 0
-        self.rto_deadline = INF
-        self.probe_deadline = INF      # zero-window probe
-        self.probes_out = 0
-        self.probe_backoff = 0         # Linux icsk_backoff of the probe timer (tcp_probe0_when)
-        self.probes_tstamp = -1.0      # first probe of the episode (icsk_probes_tstamp); -1: none
-        self._tx_refused = False       # a transmission was refused in this timer event
-        self.first_rto_time = 0.0      # start of the current run of timeouts (user timeout)
 
         # Receive sequence space.
         self.irs = 0
@@ -217,7 +192,6 @@ class Connection:
         self.syn_window = 0
         self.rcv_ssthresh = min(self.rcvbuf_limit, MAX_WINDOW)   # Linux tp->rcv_ssthresh
         self.ack_pending = 0           # bytes received and not yet acknowledged
-        self.delack_deadline = INF
         self.quickack = cfg.quickack_segments
         self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.last_rcv_time = 0.0
@@ -235,10 +209,7 @@ class Connection:
         self.rack_fack = 0             # highest end offset delivered (RACK.fack)
         self._fack_prior = -1          # rack_fack before the ACK being processed
         self.rack_reord = False        # reordering seen (RACK.reord)
-        self.rack_deadline = INF       # the reordering timer
         self.reordering = cfg.reordering   # tp->reordering, in segments (tcpi_reordering)
-        self.tlp_deadline = INF        # the probe timeout (PTO)
-        self.tlp_high = -1             # snd_max when the outstanding probe was sent; -1: none
         self.accepted = False          # handed to the application by accept()
         self._ack_now_flag = False
         self.rcv_mss = 536
@@ -273,11 +244,9 @@ class Connection:
         self.keepalive_time = cfg.keepalive_time
         self.keepalive_intvl = cfg.keepalive_intvl
         self.keepalive_probes = cfg.keepalive_probes
-        self.keepalive_deadline = INF
         self.user_timeout = 0.0        # TCP_USER_TIMEOUT in seconds, 0 = off
         self.linger_zero = False
         self.tos = 0                   # IP_TOS for every packet of this connection
-        self.time_wait_deadline = INF
         self.oow_last = -INF           # last out-of-window ACK we sent (rate limit)
 
         self.rtt = RttEstimator(rto_initial=cfg.rto_initial, rto_min=cfg.rto_min, rto_max=cfg.rto_max)
@@ -560,7 +529,7 @@ class Connection:
             ack = (self.irs + self.rcv_nxt) & SEQ_MASK
             self.last_ack_sent = self.rcv_nxt
             self.ack_pending = 0
-            self.delack_deadline = INF
+            self.timers.delack_deadline = INF
             self.dsack = None
         tos = self.tos
         ef = self.ecn_flags
@@ -590,7 +559,7 @@ class Connection:
         if flags & RST:
             mib["TcpOutRsts"] += 1
         if not ok:
-            self._tx_refused = True
+            self.timers.tx_refused = True
             if self.state in SYNCHRONIZED:
                 # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
                 self._enter_cwr(now, "local_congestion")
@@ -663,8 +632,8 @@ class Connection:
         end = 1 + sum(len(p) for p in payload)
         self.snd_nxt = max(self.snd_nxt, end)
         self.snd_max = max(self.snd_max, end)
-        if self.rto_deadline == INF:
-            self.rto_deadline = now + self.rtt.timeout
+        if self.timers.rto_deadline == INF:
+            self.timers.rto_deadline = now + self.rtt.timeout
         if payload and not self.rtx:
             self.rtx.append(SentSegment(1, end, False, now))
         elif payload and self.rtx[0].start == 1:
@@ -687,7 +656,7 @@ class Connection:
         # Linux tcp_ecn_send_syn: only tcp_ecn=1 requests ECN on an active open.
         self.ecn_flags = ECN_OK if self.config.ecn == ECN_ON else 0
         self._set_state(State.SYN_SENT, now)
-        self.first_rto_time = now
+        self.timers.first_rto_time = now
         self._send_syn(now)
         self._schedule()
 
@@ -708,7 +677,7 @@ class Connection:
         self.snd_wl1 = 0
         self.snd_wl2 = 0
         self._set_state(State.SYN_RECEIVED, now)
-        self.first_rto_time = now
+        self.timers.first_rto_time = now
         self.stack.on_passive_syn(self, seg, now)
         self._send_syn(now)
         self._schedule()
@@ -926,8 +895,8 @@ class Connection:
             self.rcv_buf.acct.used -= len(self.rcv_buf)
             self.rcv_buf.acct = None
         self._set_state(State.CLOSED, now)
-        self.rto_deadline = self.delack_deadline = self.probe_deadline = INF
-        self.keepalive_deadline = self.time_wait_deadline = INF
+        self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
+        self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF
         self.rtx.clear()
         self.ooo.clear()
         self.stack.remove(self)
@@ -1012,7 +981,7 @@ class Connection:
             self.stack.on_synack(self, seg, now)
             self._set_state(State.ESTABLISHED, now)
             self.rtt.reset_backoff()
-            self.retransmits = 0
+            self.timers.retransmits = 0
             if len(seg.payload) or seg.flags & FIN:
                 self._receive_data(seg, 0, now)   # offset of the SYN: its data starts at 1
             if self.fin_queued and self.write_shutdown:
@@ -1025,13 +994,13 @@ class Connection:
             self.snd_wnd = seg.window
             self.max_snd_wnd = self.snd_wnd
             self._set_state(State.SYN_RECEIVED, now)
-            self.rto_deadline = INF
+            self.timers.rto_deadline = INF
             self.syn_retries = 0
             self._send_syn(now)
 
     def _take_rtt_sample_syn(self, seg: Segment, now: float) -> None:
         if self.syn_retries == 0:
-            self.rtt.on_sample(now - self.first_rto_time)
+            self.rtt.on_sample(now - self.timers.first_rto_time)
         elif self.ts_ok and seg.ts_ecr:
             self._ts_rtt(seg.ts_ecr, now)
 
@@ -1105,7 +1074,7 @@ class Connection:
             # RFC 9293 §3.10.7.4 eighth: a retransmitted FIN in TIME-WAIT is ACKed and
             # restarts the 2 MSL timeout.
             self.send_ack(now)
-            self.time_wait_deadline = now + self.config.time_wait
+            self.timers.time_wait_deadline = now + self.config.time_wait
             return
         acceptable = self._acceptable(seg_off, seg_len, wnd)
         if not acceptable:
@@ -1204,7 +1173,7 @@ class Connection:
             if flags & FIN:
                 # A retransmitted FIN: ACK it and restart the 2 MSL timer (RFC 9293 §3.10.7.4).
                 self.send_ack(now)
-                self.time_wait_deadline = now + self.config.time_wait
+                self.timers.time_wait_deadline = now + self.config.time_wait
             return
 
         # Sixth: URG. Urgent data is delivered inline (RFC 6093); only count it.
@@ -1241,14 +1210,14 @@ class Connection:
     def _establish_passive(self, seg: Segment, ack_off: int, now: float) -> None:
         """SYN-RECEIVED -> ESTABLISHED on an acceptable ACK (RFC 9293 §3.10.7.4 fifth)."""
         if self.syn_retries == 0:
-            self.rtt.on_sample(now - self.first_rto_time)
+            self.rtt.on_sample(now - self.timers.first_rto_time)
         elif self.ts_ok and seg.ts_ecr:
             self._ts_rtt(seg.ts_ecr, now)
         self.snd_wnd = seg.window << self.snd_wscale
         self.max_snd_wnd = max(self.max_snd_wnd, self.snd_wnd)
         self.snd_wl1 = self._rcv_off(seg.seq)
         self.snd_wl2 = ack_off
-        self.rto_deadline = INF
+        self.timers.rto_deadline = INF
         self.rtt.reset_backoff()
         self.syn_retries = 0
         self._set_state(State.ESTABLISHED, now)
@@ -1294,9 +1263,9 @@ class Connection:
                     self.max_snd_wnd = win
             self.snd_wl1 = seg_off
             self.snd_wl2 = ack_off
-            if win and self.probe_deadline != INF:
-                self.probe_deadline = INF
-                self.probes_out = 0
+            if win and self.timers.probe_deadline != INF:
+                self.timers.probe_deadline = INF
+                self.timers.probes_out = 0
 
         if ack_off > self.snd_una:
             acked = self._ack_advance(ack_off, now, seg.ts_ecr if seg.ts_val >= 0 else 0)
@@ -1368,8 +1337,8 @@ class Connection:
         if not plen and ack_off >= prior_una and flags == ACK:
             mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
-            self.tlp_deadline = INF
-            self._arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+            self.timers.tlp_deadline = INF
+            self.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
 
     def _outstanding_segments(self) -> int:
         return max((self.snd_nxt - self.snd_una + self.mss - 1) // max(self.mss, 1), 0)
@@ -1424,20 +1393,20 @@ class Connection:
             self.snd_max = ack_off
         self.bytes_acked += acked
         self.delivered += acked
-        if self.tlp_high >= 0 and ack_off >= self.tlp_high:
-            self.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
+        if self.timers.tlp_high >= 0 and ack_off >= self.timers.tlp_high:
+            self.timers.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
         # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
         self._acked_unsacked = acked_unsacked
         if self.on_writable is not None and data_end > 0:
             self.on_writable(self)
         # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
         self.rtt.reset_backoff()
-        self.retransmits = 0
-        self.first_rto_time = now
+        self.timers.retransmits = 0
+        self.timers.first_rto_time = now
         if self.snd_una >= self.snd_max:
-            self.rto_deadline = INF
+            self.timers.rto_deadline = INF
         else:
-            self.rto_deadline = now + self.rtt.timeout
+            self.timers.rto_deadline = now + self.rtt.timeout
         self._fin_acked_transitions(now)
         return acked
 
@@ -1448,7 +1417,7 @@ class Connection:
         if st is State.FIN_WAIT_1:
             self._set_state(State.FIN_WAIT_2, now)
             if self.closed_by_app:
-                self.time_wait_deadline = now + self.config.fin_timeout
+                self.timers.time_wait_deadline = now + self.config.fin_timeout
         elif st is State.CLOSING:
             self._set_state(State.TIME_WAIT, now)
         elif st is State.LAST_ACK:
@@ -1456,9 +1425,9 @@ class Connection:
 
     def _time_wait_entered(self, now: float) -> None:
         """The TIME_WAIT effect of the state table: only the 2 MSL timer runs (RFC 9293 §3.10.7.4)."""
-        self.rto_deadline = self.delack_deadline = self.probe_deadline = self.keepalive_deadline = INF
+        self.timers.stop()
         self.rtx.clear()
-        self.time_wait_deadline = now + self.config.time_wait
+        self.timers.time_wait_deadline = now + self.config.time_wait
         self.stack.on_time_wait(self)
 
     def _process_sack(self, blocks: tuple[tuple[int, int], ...], ack_off: int, now: float) -> bool:
@@ -1610,7 +1579,7 @@ class Connection:
             elif remaining < wait:
                 wait = remaining
         # Linux adds TCP_TIMEOUT_MIN (2 ms) to the reordering timer.
-        self.rack_deadline = now + wait + 0.002 if wait != INF else INF
+        self.timers.rack_deadline = now + wait + 0.002 if wait != INF else INF
 
     def _dupthresh_detect(self) -> None:
         """RFC 6675 §4 IsLost: DupThresh SACKed segments, or more than (DupThresh-1)*SMSS bytes, above."""
@@ -1853,8 +1822,8 @@ class Connection:
         if self.rcv_nxt - self.last_ack_sent >= 2 * self.rcv_mss:
             self._ack_now_flag = True
             return
-        if self.delack_deadline == INF:
-            self.delack_deadline = now + self.config.delack_min
+        if self.timers.delack_deadline == INF:
+            self.timers.delack_deadline = now + self.config.delack_min
 
 
     # ------------------------------------------------------------------ output
@@ -1885,15 +1854,15 @@ class Connection:
             self._ack_now_flag = False
             if not sent or self.ack_pending:
                 self.send_ack(now)
-        if self.snd_max > self.snd_una and self.rto_deadline == INF:
-            self.rto_deadline = now + self.rtt.timeout
+        if self.snd_max > self.snd_una and self.timers.rto_deadline == INF:
+            self.timers.rto_deadline = now + self.rtt.timeout
         if sent:
-            self.tlp_deadline = INF      # Linux re-arms the probe after each transmission
-            self._arm_tlp(now)
-        self._arm_probe(now)
+            self.timers.tlp_deadline = INF      # Linux re-arms the probe after each transmission
+            self.timers.arm_tlp(now)
+        self.timers.arm_probe(now)
         if self.keepalive and self.state in SYNCHRONIZED:
-            self.keepalive_deadline = self.last_rcv_time + self.keepalive_time \
-                if self.probes_out == 0 else self.keepalive_deadline
+            self.timers.keepalive_deadline = self.last_rcv_time + self.keepalive_time \
+                if self.timers.probes_out == 0 else self.timers.keepalive_deadline
 
     def _send_retransmissions(self, now: float) -> bool:
         """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd."""
@@ -1950,8 +1919,8 @@ class Connection:
         self.mib["TcpRetransSegs"] += 1
         if self.ca_state == CA_RECOVERY:
             self.mib["TcpExtTCPFastRetrans"] += 1
-        if self.rto_deadline == INF:
-            self.rto_deadline = now + self.rtt.timeout
+        if self.timers.rto_deadline == INF:
+            self.timers.rto_deadline = now + self.rtt.timeout
         return True
 
     def _retransmit_refused(self, r: SentSegment) -> bool:
@@ -2048,32 +2017,13 @@ class Connection:
             self.snd_max = end
         if size:
             self.data_segs_out += 1
-        if self.rto_deadline == INF:
-            self.rto_deadline = now + self.rtt.timeout
+        if self.timers.rto_deadline == INF:
+            self.timers.rto_deadline = now + self.rtt.timeout
         if self.last_rcv_time and now - self.last_rcv_time < self.config.delack_min:
             self.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
         return True
 
-    def _arm_probe(self, now: float) -> None:
-        """RFC 9293 §3.8.6.1: probe a zero window when data waits and nothing is in flight."""
-        # Linux tcp_check_probe_timer also covers data held back by cork/MSG_MORE/Nagle with
-        # nothing in flight: the probe timer (one RTO) then sends it (tcp_write_wakeup).
-        # A FIN the local queue refused waits in the same way.
-        if self.snd_nxt == self.snd_una and (self.unsent_bytes > 0 or (
-                self.fin_queued and self.snd_nxt == self.snd_buf.end + 1)):
-            if self.probe_deadline == INF:
-                self.probe_deadline = now + self.rtt.timeout
-                self.probe_backoff = 0      # a new episode (tcp_check_probe_timer)
-                self.probes_tstamp = -1.0
-        elif self.probe_deadline != INF:
-            self.probe_deadline = INF
-            self.probes_out = 0
-
     # ------------------------------------------------------------------ timers
-
-    def next_deadline(self) -> float:
-        return min(self.rto_deadline, self.delack_deadline, self.probe_deadline,
-                   self.keepalive_deadline, self.time_wait_deadline, self.tlp_deadline, self.rack_deadline)
 
     def _update_prediction(self) -> None:
         """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
@@ -2098,13 +2048,13 @@ class Connection:
         prior_in_flight = self.in_flight
         self.snd_wl1 = seg_off
         self.snd_wl2 = ack_off
-        if self.snd_wnd and self.probe_deadline != INF:
-            self.probe_deadline = INF
-            self.probes_out = 0
+        if self.snd_wnd and self.timers.probe_deadline != INF:
+            self.timers.probe_deadline = INF
+            self.timers.probes_out = 0
         self._ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
         self.dupacks = 0
-        self.tlp_deadline = INF
-        self._arm_tlp(now)
+        self.timers.tlp_deadline = INF
+        self.timers.arm_tlp(now)
         self.cc.on_ack(self._acked_unsacked, now, self.rtt.latest_rtt, prior_in_flight,
                        app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss and not self.unsent_bytes)
         if self.state is not State.CLOSED:
@@ -2125,9 +2075,9 @@ class Connection:
         if seg_off > self.snd_wl1 or (seg_off == self.snd_wl1 and self.snd_una == self.snd_wl2):
             self.snd_wl1 = seg_off
             self.snd_wl2 = self.snd_una
-            if self.snd_wnd and self.probe_deadline != INF:
-                self.probe_deadline = INF
-                self.probes_out = 0
+            if self.snd_wnd and self.timers.probe_deadline != INF:
+                self.timers.probe_deadline = INF
+                self.timers.probes_out = 0
         plen = len(payload)
         self.last_rcv_time = now
         self.data_segs_in += 1
@@ -2142,285 +2092,25 @@ class Connection:
         if self.on_readable is not None:
             self.on_readable(self)
         # output() has work only for these conditions; otherwise it would change nothing.
-        if (self._ack_now_flag or self.lost_bytes or self.keepalive or self.probe_deadline != INF
+        if (self._ack_now_flag or self.lost_bytes or self.keepalive or self.timers.probe_deadline != INF
                 or self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0)
-                or (self.snd_max > self.snd_una and self.rto_deadline == INF)):
+                or (self.snd_max > self.snd_una and self.timers.rto_deadline == INF)):
             self.output(now)
         self._schedule()
 
+    def next_deadline(self) -> float:
+        return self.timers.next_deadline()
+
+    def handle_timer(self, now: float) -> None:
+        self.timers.handle(now)
+
     def _schedule(self) -> None:
         self._update_prediction()
-        d = self.next_deadline() if self.state is not State.CLOSED else INF
+        d = self.timers.next_deadline() if self.state is not State.CLOSED else INF
         if d != self.timer_deadline:
             self.timer_deadline = d
             if d != INF:
                 self.stack.schedule(self, d)
-
-    def handle_timer(self, now: float) -> None:
-        if self.state is State.CLOSED:
-            return
-        self._tx_refused = False
-        if now >= self.time_wait_deadline:
-            self.time_wait_deadline = INF
-            expired = "UsertcpTimeWaitExpired" if self.state is State.TIME_WAIT else "TcpExtTCPAbortOnTimeout"
-            self.mib[expired] += 1
-            self._close_now(now)
-            return
-        if now >= self.rack_deadline:
-            self.rack_deadline = INF
-            self._detect_losses(now)
-            if self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
-                self._enter_recovery(now)
-                if self.sack_ok:
-                    self._prr(self.mss)      # Linux tcp_rack_reo_timeout: one segment's worth
-        if now >= self.tlp_deadline:
-            self.tlp_deadline = INF
-            self._on_tlp(now)        # re-arms the RTO when it sends a probe
-        if now >= self.rto_deadline:
-            self.rto_deadline = INF
-            self.tlp_deadline = INF
-            self._on_rto(now)
-        if self.state is not State.CLOSED and now >= self.delack_deadline:
-            self.delack_deadline = INF
-            if self.ack_pending:
-                self.mib["TcpExtDelayedACKs"] += 1
-                self.send_ack(now)
-        if self.state is not State.CLOSED and now >= self.probe_deadline:
-            self.probe_deadline = INF
-            self._on_probe(now)
-        if self.state is not State.CLOSED and now >= self.keepalive_deadline:
-            self.keepalive_deadline = INF
-            self._on_keepalive(now)
-        if self.state is not State.CLOSED and not self._tx_refused:
-            # After a refusal the timer handlers above have re-armed their retry; like Linux's
-            # timers, do not hammer the full local queue again in the same event.
-            self.output(now)
-        self._schedule()
-
-    def _on_rto(self, now: float) -> None:
-        """RFC 6298 §5.4-5.6 and RFC 5681 §3.1: a retransmission timeout."""
-        cfg = self.config
-        st = self.state
-        if st is State.SYN_SENT or st is State.SYN_RECEIVED:
-            limit = cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries
-            if self.syn_retries >= limit or self._user_timeout_expired(now):
-                if st is State.SYN_RECEIVED and self.passive:
-                    self.stack.forget_embryonic(self)
-                self._fail(errno.ETIMEDOUT, now)
-                return
-            self.syn_retries += 1
-            # A passive open resends its SYN-ACK as a request sock (tcp_rtx_synack counts only
-            # what left); an active one retransmits its SYN like data (__tcp_retransmit_skb).
-            passive = st is State.SYN_RECEIVED and self.passive
-            if not passive:
-                self._count_syn_retrans()
-            self.stack.syn_rto(self, now)
-            if self._send_syn(now):
-                if passive:
-                    self._count_syn_retrans()
-            elif not passive:
-                # Linux tcp_retransmit_timer: local congestion, retry soon without backoff.
-                self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
-                return
-            elif self.listener is None or self not in self.listener.tfo_children:
-                # Linux reqsk_timer_handler: a request whose SYN-ACK cannot be resent is
-                # dropped (a TFO child, tcp_fastopen_synack_timer, ignores the error).
-                self.mib["UsertcpSynAckLocalDrops"] += 1
-                self.stack.forget_embryonic(self)
-                self._close_now(now)
-                return
-            self.rtt.on_timeout()
-            self.rto_deadline = now + self.rtt.timeout
-            return
-        if self.snd_una >= self.snd_max:
-            return
-        if self.retransmits >= cfg.retries2 or self._user_timeout_expired(now):
-            self._fail(errno.ETIMEDOUT, now)
-            return
-        self.mib["TcpExtTCPTimeouts"] += 1
-        self.tlp_high = -1
-        self.rack_deadline = INF
-        # Linux tcp_enter_loss: ssthresh is not cut again inside a CWR reduction's window.
-        cwr_window = self.ca_state == CA_CWR and self.recover > self.snd_una
-        self.cc.on_rto(now, self.cc.cwnd, first_timeout=self.retransmits == 0 and not cwr_window)
-        self._ecn_queue_cwr()
-        old_ca = self.ca_state
-        self.ca_state = CA_LOSS
-        if self.stack.tracer is not None:
-            self.stack.trace(self, "tcp:rto_fired",
-                             {"backoff": self.rtt.backoff, "rto": self.rtt.timeout}, now)
-            self._trace_ca(old_ca, "rto", now)
-        self.recover = self.snd_max
-        self.reno_dupacks = 0
-        self.dupacks = 0
-        # Linux tcp_timeout_mark_lost: a SACKed head at an RTO means the receiver reneged
-        # (RFC 2018 §8): forget every SACK mark, and retransmit from SND.UNA.
-        reneged = bool(self.rtx) and self.rtx[0].sacked
-        if reneged:
-            self.mib["TcpExtTCPSACKReneging"] += 1
-            self.sacked_bytes = 0
-        for r in self.rtx:
-            if reneged:
-                r.sacked = False
-            if r.retrans:
-                r.retrans = False
-            if not r.sacked and not r.lost:
-                r.lost = True
-        self.retrans_bytes = 0
-        self.lost_bytes = sum(r.end - r.start for r in self.rtx if r.lost)
-        self.retransmits += 1
-        if self.rtx and not self._retransmit(self.rtx[0], now):
-            # Linux tcp_retransmit_timer: the retransmission failed for local congestion; retry
-            # after TCP_RESOURCE_PROBE_INTERVAL, without backing the RTO off.
-            self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
-            return
-        self.rtt.on_timeout()
-        self.rto_deadline = now + self.rtt.timeout
-
-    def _count_syn_retrans(self) -> None:
-        self.mib["TcpExtTCPSynRetrans"] += 1
-        self.total_retrans += 1
-        self.mib["TcpRetransSegs"] += 1
-
-    def _arm_tlp(self, now: float) -> None:
-        """RFC 8985 §7.2: arm the probe timeout (PTO) while data is outstanding in Open/CWR state."""
-        # Linux tcp_schedule_loss_probe(): SACK peers only (RFC 8985 §2: RACK-TLP needs SACK),
-        # in Open or CWR state (an ECN reduction is no loss episode).
-        if (not self.config.tlp or not self.sack_ok or self.ca_state not in (CA_OPEN, CA_CWR)
-                or self.snd_max <= self.snd_una or self.tlp_high >= 0 or self.tlp_deadline != INF
-                or self.state not in (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1,
-                                      State.CLOSING, State.LAST_ACK)):
-            return
-        srtt = self.rtt.srtt
-        if srtt is None:
-            pto = 1.0
-        else:
-            # One segment out: allow for a delayed ACK (RFC 8985 §7.2 WCDelAckT; Linux adds
-            # the RTO floor), else TCP_TIMEOUT_MIN; rounded up to a jiffy (usecs_to_jiffies).
-            one = self.snd_max - self.snd_una <= self.mss + 1
-            pto = 2 * srtt + (self.rtt.rto_min if one else 0.002)
-            tick = self.rtt.granularity
-            if tick > 0:
-                pto = math.ceil(pto / tick - 1e-9) * tick
-        # Linux caps the PTO at the RTO; the probe then goes out in the RTO's place.
-        self.tlp_deadline = min(now + pto, self.rto_deadline)
-
-    def _on_tlp(self, now: float) -> None:
-        """RFC 8985 §7.3: send one new segment if possible, else retransmit the last one."""
-        if self.snd_max <= self.snd_una or self.ca_state not in (CA_OPEN, CA_CWR):
-            return
-        data_end = self.snd_buf.end + 1
-        room = self.snd_una + self.snd_wnd - self.snd_nxt
-        avail = data_end - self.snd_nxt
-        if avail > 0 and room > 0:
-            size = min(self.mss, avail, room)
-            sent = self._emit_new(now, self.snd_nxt, size,
-                                  fin=self.fin_queued and self.snd_nxt + size == data_end)
-        elif avail <= 0 and self.fin_queued and self.snd_nxt == data_end:
-            sent = self._emit_new(now, self.snd_nxt, 0, fin=True)
-        else:
-            idx = len(self.rtx) - 1
-            while idx >= 0 and self.rtx[idx].sacked:
-                idx -= 1
-            if idx < 0:
-                return
-            r = self.rtx[idx]
-            if r.end - r.start > self.mss + (1 if r.fin else 0):
-                # Probe with the last MSS of a super-segment.
-                cut = r.end - self.mss - (1 if r.fin else 0)
-                tail = SentSegment(cut, r.end, r.fin, r.tx_time)
-                tail.tx_count, tail.retrans = r.tx_count, r.retrans
-                tail.lost, tail.first_tx = r.lost, r.first_tx
-                r.end = cut
-                r.fin = False
-                self.rtx.insert(idx + 1, tail)
-                r = tail
-                idx += 1
-            if r.retrans:
-                return
-            self.mib["TcpExtTCPLossProbeRecovery" if r.lost else "UsertcpLossProbeRetrans"] += 1
-            sent = self._retransmit(r, now, idx)
-        if not sent:
-            return      # Linux tcp_send_loss_probe: refused locally, the RTO stays as armed
-        self.mib["TcpExtTCPLossProbes"] += 1
-        self.tlp_high = self.snd_max
-        self.rto_deadline = now + self.rtt.timeout
-
-    def _user_timeout_expired(self, now: float) -> bool:
-        """RFC 5482 / Linux retransmits_timed_out: time since the oldest unacked data first left."""
-        if not self.user_timeout:
-            return False
-        start = self.rtx[0].first_tx if self.rtx else self.first_rto_time
-        return now - start >= self.user_timeout
-
-    def _on_probe(self, now: float) -> None:
-        """The probe timer: data (or a FIN) waits and nothing is in flight (Linux tcp_probe_timer,
-        tcp_send_probe0). With the window open the held data goes out (tcp_write_wakeup), else a
-        zero-window probe: an ACK with SEQ = SND.UNA - 1 (tcp_xmit_probe_skb). A probe the local
-        queue refused is retried every TCP_RESOURCE_PROBE_INTERVAL without backoff; the count
-        (tcpi_probes) still grows, and TCP_USER_TIMEOUT runs from the episode's first probe."""
-        data_end = self.snd_buf.end + 1
-        fin_unsent = self.fin_queued and self.snd_nxt == data_end
-        if self.snd_nxt > self.snd_una or (self.unsent_bytes == 0 and not fin_unsent):
-            self._end_probes()
-            return
-        if self.probes_tstamp < 0:
-            self.probes_tstamp = now
-        elif self.user_timeout and now - self.probes_tstamp >= self.user_timeout:
-            self._fail(errno.ETIMEDOUT, now)
-            return
-        if self.probes_out >= self.config.retries2:
-            self._fail(errno.ETIMEDOUT, now)
-            return
-        room = self.snd_una + self.snd_wnd - self.snd_nxt
-        if room > 0:
-            # Linux tcp_write_wakeup: the window is open, so send held data now, with PSH.
-            size = min(self.mss, self.unsent_bytes, room)
-            if self._emit_new(now, self.snd_nxt, size, fin=fin_unsent or (self.fin_queued and
-                                                                        self.snd_nxt + size == data_end),
-                              force_psh=True):
-                self._end_probes()          # in flight now: the RTO takes over
-                return
-            sent = False
-        else:
-            self.mib["UsertcpWindowProbes"] += 1
-            sent = self._emit(now, self.snd_una - 1, ACK)
-        self.probes_out += 1
-        if sent:
-            self.probe_backoff = min(self.probe_backoff + 1, self.config.retries2)
-            when = min(self.rtt.rto * (1 << self.probe_backoff), self.config.rto_max)
-        else:
-            when = RESOURCE_PROBE_INTERVAL  # local congestion: no backoff (tcp_send_probe0)
-        if self.user_timeout:
-            # Linux tcp_clamp_probe0_to_user_timeout: never sleep past the user timeout.
-            when = min(when, max(self.user_timeout - (now - self.probes_tstamp), TIMEOUT_MIN))
-        self.probe_deadline = now + when
-
-    def _end_probes(self) -> None:
-        self.probes_out = 0
-        self.probe_backoff = 0
-        self.probes_tstamp = -1.0
-
-    def _on_keepalive(self, now: float) -> None:
-        """RFC 1122 §4.2.3.6 keepalive, Linux's probe form (SEQ = SND.UNA - 1, no data)."""
-        if not self.keepalive or self.state not in SYNCHRONIZED or self.state is State.TIME_WAIT:
-            return
-        idle = now - self.last_rcv_time
-        if self.probes_out == 0 and idle < self.keepalive_time:
-            self.keepalive_deadline = self.last_rcv_time + self.keepalive_time
-            return
-        if self.probes_out >= self.keepalive_probes:
-            self.mib["TcpExtTCPAbortOnTimeout"] += 1
-            self._fail(errno.ETIMEDOUT, now, send_rst=True)
-            return
-        self.mib["UsertcpKeepaliveProbes"] += 1
-        if self._emit(now, self.snd_una - 1, ACK):
-            self.probes_out += 1
-            self.keepalive_deadline = now + self.keepalive_intvl
-        else:
-            # Linux tcp_keepalive_timer: a probe lost to local congestion is not counted and
-            # is retried after TCP_RESOURCE_PROBE_INTERVAL.
-            self.keepalive_deadline = now + RESOURCE_PROBE_INTERVAL
 
     # ----------------------------------------------------------------- tcp_info
 
@@ -2444,8 +2134,8 @@ class Connection:
         out = {
             "tcpi_state": int(self.state),
             "tcpi_ca_state": self.ca_state,
-            "tcpi_retransmits": self.retransmits,
-            "tcpi_probes": self.probes_out,
+            "tcpi_retransmits": self.timers.retransmits,
+            "tcpi_probes": self.timers.probes_out,
             "tcpi_backoff": rtt.backoff,
             "tcpi_options": opts,
             "tcpi_snd_wscale": self.snd_wscale,

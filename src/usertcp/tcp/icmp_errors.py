@@ -178,16 +178,16 @@ def _rto_revert_allowed(msg: IcmpMessage) -> bool:
 def rto_revert(conn: Connection, now: float) -> None:
     """RFC 6069 §4 (Linux tcp_ld_RTO_revert): the RTO was lengthened by backoff while the path
     was down, and a router says so: undo one doubling and re-arm from the head's send time."""
-    if not conn.retransmits or not conn.rtt.backoff or not conn.rtx:
+    if not conn.timers.retransmits or not conn.rtt.backoff or not conn.rtx:
         return
     conn.rtt.backoff -= 1
     remaining = conn.rtt.timeout - (now - conn.rtx[0].tx_time)
     conn.mib["UsertcpRtoReverted"] += 1
     if remaining > 0:
-        conn.rto_deadline = now + remaining
+        conn.timers.rto_deadline = now + remaining
         conn._schedule()
     else:
-        conn._on_rto(now)                 # the undone backoff has already run out
+        conn.timers.on_rto(now)                 # the undone backoff has already run out
         conn._schedule()
 
 

@@ -122,9 +122,9 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
         if want != INF and heap is not None and (id(c), want) not in heap:
             _fail("timer-not-queued", c, f"deadline {want} is not in the stack's timer heap")
         if c.snd_max > c.snd_una and st is not State.TIME_WAIT \
-                and min(c.rto_deadline, c.tlp_deadline, c.probe_deadline) == INF:
+                and min(c.timers.rto_deadline, c.timers.tlp_deadline, c.timers.probe_deadline) == INF:
             _fail("rto-not-armed", c, f"{c.snd_max - c.snd_una} sequence numbers outstanding, no timer")
-        if st is State.TIME_WAIT and c.time_wait_deadline == INF:
+        if st is State.TIME_WAIT and c.timers.time_wait_deadline == INF:
             _fail("time-wait-timer", c, "TIME-WAIT without its 2 MSL timer")
     if c.cc.cwnd <= 0 or c.mss <= 0:
         _fail("cwnd-mss", c, f"cwnd={c.cc.cwnd} mss={c.mss}")

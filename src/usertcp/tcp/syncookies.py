@@ -337,7 +337,7 @@ def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wsca
     # No handshake RTT sample without timestamps (the SYN-ACK's send time is not stored):
     # Linux's cookie request has snt_synack = 0. With timestamps the echoed TSval gives one.
     conn.syn_retries = 1
-    conn.first_rto_time = now
+    conn.timers.first_rto_time = now
     conn._set_state(State.SYN_RECEIVED, now)
     if listener.preload:
         st = TfoState(client=False)
