@@ -269,12 +269,12 @@ def test_ece_reduces_cwnd_once_per_window_and_sends_cwr() -> None:
     conn = _sender_in_flight(p, 10)
     cwnd0 = conn.cc.cwnd
     p.send(".E", 1, 1 + 2 * MSS)                        # two segments acked, with ECE
-    assert conn.ca_state == CA_CWR
+    assert conn.recovery.ca_state == CA_CWR
     assert p.stack.counters["UsertcpECNCwndReductions"] == 1
     ssthresh = conn.cc.ssthresh
     assert ssthresh == int(cwnd0 * 0.7)                 # CUBIC beta (RFC 9438 §4.6)
     assert conn.cc.cwnd < cwnd0
-    assert conn.recover == 1 + 10 * MSS                 # the window: what was sent at the ECE
+    assert conn.recovery.recover == 1 + 10 * MSS                 # the window: what was sent at the ECE
     conn.send(b"y" * (4 * MSS), p.now)
     out = p.drain()
     assert out, "PRR lets new data out"
@@ -289,11 +289,11 @@ def test_ece_reduces_cwnd_once_per_window_and_sends_cwr() -> None:
     p.drain()
     # Everything of the window acked (past recover): the reduction ends at ssthresh.
     p.send(".", 1, 1 + 10 * MSS + MSS)
-    assert conn.ca_state == CA_OPEN
+    assert conn.recovery.ca_state == CA_OPEN
     check_invariants(p.stack)
     # A new echo after the window is a new congestion signal.
     p.send(".E", 1, 1 + 12 * MSS)
-    assert conn.ca_state == CA_CWR and p.stack.counters["UsertcpECNCwndReductions"] == 2
+    assert conn.recovery.ca_state == CA_CWR and p.stack.counters["UsertcpECNCwndReductions"] == 2
     assert conn.cc.ssthresh < ssthresh
     check_invariants(p.stack)
 
@@ -304,7 +304,7 @@ def test_ece_ignored_without_negotiation() -> None:
     conn.send(b"z" * (4 * MSS), p.now)
     p.drain()
     p.send(".E", 1, 1 + 2 * MSS)
-    assert conn.ca_state == CA_OPEN and "UsertcpECNCwndReductions" not in p.stack.counters
+    assert conn.recovery.ca_state == CA_OPEN and "UsertcpECNCwndReductions" not in p.stack.counters
 
 
 def test_loss_in_cwr_does_not_reduce_again() -> None:
@@ -313,7 +313,7 @@ def test_loss_in_cwr_does_not_reduce_again() -> None:
     p = ecn_peer(2)
     conn = _sender_in_flight(p, 10)
     p.send(".E", 1, 1 + MSS)
-    assert conn.ca_state == CA_CWR
+    assert conn.recovery.ca_state == CA_CWR
     ssthresh = conn.cc.ssthresh
     p.drain()
     for _ in range(3):

@@ -56,7 +56,7 @@ def test_refused_data_is_kept_and_probed_every_500ms_without_backoff() -> None:
     assert conn.send(b"x" * 100, peer.now) == 100
     peer.expect_nothing()
     # tcp_write_xmit stopped at the refused skb: nothing in flight, the data is still unsent.
-    assert conn.snd_nxt == conn.snd_una == 1 and conn.unsent_bytes == 100 and not conn.rtx
+    assert conn.snd_nxt == conn.snd_una == 1 and conn.unsent_bytes == 100 and not conn.recovery.rtx
     peer.advance(rto + 4 * 0.5 + 0.01)
     # The write, the probe timer one RTO later (tcp_check_probe_timer), then every 500 ms.
     assert queue.refused[0] == 0.0
@@ -117,13 +117,13 @@ def test_refused_retransmission_retries_in_500ms_and_keeps_the_rto_unbacked() ->
     assert conn.rtt.backoff == 0 and conn.timers.retransmits == 1
     assert conn.timers.rto_deadline == pytest.approx(rto + 0.5)
     assert peer.stack.counters["TcpExtTCPRetransFail"] == 1
-    assert conn.retrans_bytes == 0                            # not in flight (no SACKED_RETRANS)
+    assert conn.recovery.retrans_bytes == 0                            # not in flight (no SACKED_RETRANS)
     peer.advance(0.5)
     assert _gaps(queue.refused) == [0.5]
     queue.full = False
     peer.advance(0.5)
     seg = peer.expect(".", 1, 1, payload_len=100)             # the retransmission leaves at last
-    assert seg is not None and conn.rtt.backoff == 1 and conn.retrans_bytes == 100
+    assert seg is not None and conn.rtt.backoff == 1 and conn.recovery.retrans_bytes == 100
     peer.send(".", 1, 101)
     assert conn.snd_una == 101
 

@@ -24,7 +24,6 @@ Rules followed (section numbers of the RFCs cited):
 from __future__ import annotations
 
 import errno
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -43,6 +42,8 @@ from usertcp.tcp.recovery import (
     ECN_OK,
     ECN_QUEUE_CWR,
     ECN_SEEN,
+    INF,
+    Recovery,
     SentSegment,
 )
 from usertcp.tcp.rtt import RttEstimator
@@ -56,7 +57,7 @@ from usertcp.tcp.states import (
     State,
     transition_effects,
 )
-from usertcp.tcp.timers import INF, Timers
+from usertcp.tcp.timers import Timers
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import (
     ACK,
@@ -151,6 +152,7 @@ class Connection:
         self.timer_deadline = INF
         self.mib = stack.counters.table   # the packet path increments the dict itself
         self.timers = Timers(self)
+        self.recovery = Recovery(self, cfg.reordering)
 
         # Send sequence space, as offsets from ISS (§3.3.1).
         self.iss = 0
@@ -167,15 +169,6 @@ class Connection:
         self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
         self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
-        self.rtx: deque[SentSegment] = deque()
-        self.sacked_bytes = 0
-        self.lost_bytes = 0
-        self.retrans_bytes = 0
-        self.reno_dupacks = 0          # dupacks counted as "virtually SACKed" without SACK
-        self.dupacks = 0
-        self.ca_state = CA_OPEN
-        self.recover = 0               # RFC 6582/6675 RecoveryPoint (offset)
-        self.high_sacked = 0
         self.snd_sml = 0               # end of the last small segment (Minshall's Nagle)
         self.total_retrans = 0
         self.syn_retries = 0
@@ -197,19 +190,8 @@ class Connection:
         self.last_rcv_time = 0.0
         self.last_snd_time = 0.0
         self.dsack: tuple[int, int] | None = None
-        self._acked_unsacked = 0
-        self.prior_cwnd = 0            # RFC 6937 RecoverFS (Linux prior_cwnd)
-        self.prr_delivered = 0
-        self.prr_out = 0
         self._ts_last = 0
         # RACK-TLP (RFC 8985), Linux's default loss detection for SACK connections.
-        self.rack_xmit_ts = -1.0       # RACK.xmit_ts: send time of the latest-sent delivered segment
-        self.rack_end = 0              # RACK.end_seq (offset)
-        self.rack_rtt = 0.0            # RACK.rtt
-        self.rack_fack = 0             # highest end offset delivered (RACK.fack)
-        self._fack_prior = -1          # rack_fack before the ACK being processed
-        self.rack_reord = False        # reordering seen (RACK.reord)
-        self.reordering = cfg.reordering   # tp->reordering, in segments (tcpi_reordering)
         self.accepted = False          # handed to the application by accept()
         self._ack_now_flag = False
         self.rcv_mss = 536
@@ -303,15 +285,6 @@ class Connection:
         fmt = self.stack.fmt_addr
         return f"{fmt(self.local_ip)}:{self.local_port}-{fmt(self.remote_ip)}:{self.remote_port}"
 
-    def _trace_ca(self, old: int, trigger: str, now: float) -> None:
-        """Congestion state and window changes for the event trace."""
-        names = ("open", "disorder", "cwr", "recovery", "loss")
-        self.stack.trace(self, "tcp:congestion_state",
-                         {"old": names[old], "new": names[self.ca_state], "trigger": trigger}, now)
-        self.stack.trace(self, "tcp:cwnd", {
-            "cwnd": self.cc.cwnd, "ssthresh": self.cc.ssthresh if self.cc.ssthresh < 1 << 60 else None,
-            "bytes_in_flight": self.in_flight, "smoothed_rtt": self.rtt.srtt, "rto": self.rtt.timeout}, now)
-
     def _seq(self, off: int) -> int:
         return (self.iss + off) & SEQ_MASK
 
@@ -325,9 +298,10 @@ class Connection:
     @property
     def in_flight(self) -> int:
         """Bytes believed to be in the network (RFC 6675 pipe; Linux packets_in_flight)."""
-        out = self.snd_nxt - self.snd_una - self.sacked_bytes - self.lost_bytes + self.retrans_bytes
-        if self.reno_dupacks:
-            out -= min(self.reno_dupacks * self.mss, out)
+        rec = self.recovery
+        out = self.snd_nxt - self.snd_una - rec.sacked_bytes - rec.lost_bytes + rec.retrans_bytes
+        if rec.reno_dupacks:
+            out -= min(rec.reno_dupacks * self.mss, out)
         return max(out, 0)
 
     @property
@@ -382,7 +356,7 @@ class Connection:
         power-of-two heads) of max(IW10, cwnd, reordering + 1) segments, up to tcp_wmem[2]."""
         per_mss = max(self.peer_mss, self.mss) + MAX_TCP_HEADER + SKB_SHINFO_SIZE
         per_mss = (1 << (per_mss - 1).bit_length()) + SK_BUFF_SIZE
-        nr_segs = max(10, self.cc.cwnd // max(self.mss, 1), self.reordering + 1)
+        nr_segs = max(10, self.cc.cwnd // max(self.mss, 1), self.recovery.reordering + 1)
         sndmem = 2 * nr_segs * per_mss
         if self.sndbuf_limit < sndmem:
             self.sndbuf_limit = min(sndmem, self.config.wmem[2])
@@ -562,7 +536,7 @@ class Connection:
             self.timers.tx_refused = True
             if self.state in SYNCHRONIZED:
                 # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
-                self._enter_cwr(now, "local_congestion")
+                self.recovery.enter_cwr(now, "local_congestion")
         return ok
 
     def _data_options(self, now: float) -> bytes:
@@ -634,12 +608,12 @@ class Connection:
         self.snd_max = max(self.snd_max, end)
         if self.timers.rto_deadline == INF:
             self.timers.rto_deadline = now + self.rtt.timeout
-        if payload and not self.rtx:
-            self.rtx.append(SentSegment(1, end, False, now))
-        elif payload and self.rtx[0].start == 1:
+        if payload and not self.recovery.rtx:
+            self.recovery.rtx.append(SentSegment(1, end, False, now))
+        elif payload and self.recovery.rtx[0].start == 1:
             # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
-            self.rtx[0].tx_count += 1
-            self.rtx[0].tx_time = now
+            self.recovery.rtx[0].tx_count += 1
+            self.recovery.rtx[0].tx_time = now
         return ok
 
     # ------------------------------------------------------------------ opening
@@ -897,7 +871,7 @@ class Connection:
         self._set_state(State.CLOSED, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF
-        self.rtx.clear()
+        self.recovery.rtx.clear()
         self.ooo.clear()
         self.stack.remove(self)
         self._schedule()
@@ -1232,6 +1206,7 @@ class Connection:
 
     def _process_ack(self, seg: Segment, ack_off: int, seg_off: int, now: float) -> None:
         mib = self.mib
+        rec = self.recovery
         prior_una = self.snd_una
         prior_in_flight = self.in_flight
         flags = seg.flags
@@ -1247,12 +1222,12 @@ class Connection:
                 self._ack_now_flag = True
 
         sack_new = False
-        sacked_before = self.sacked_bytes
-        lost_before = self.lost_bytes
-        self._fack_prior = self.rack_fack
+        sacked_before = rec.sacked_bytes
+        lost_before = rec.lost_bytes
+        rec.fack_prior = rec.rack_fack
         if seg.sack_blocks and self.sack_ok:
-            sack_new = self._process_sack(seg.sack_blocks, ack_off, now)
-        newly_sacked = max(self.sacked_bytes - sacked_before, 0)
+            sack_new = rec.process_sack(seg.sack_blocks, ack_off, now)
+        newly_sacked = max(rec.sacked_bytes - sacked_before, 0)
 
         # RFC 9293 §3.10.7.4: window update when the segment is newer (Linux tcp_may_update_window).
         if ack_off > self.snd_una or seg_off > self.snd_wl1 \
@@ -1269,84 +1244,81 @@ class Connection:
 
         if ack_off > self.snd_una:
             acked = self._ack_advance(ack_off, now, seg.ts_ecr if seg.ts_val >= 0 else 0)
-            self.dupacks = 0
-            if self.ca_state in (CA_RECOVERY, CA_LOSS):
-                if ack_off >= self.recover:
-                    self._exit_recovery()
-                elif self.ca_state == CA_RECOVERY and not self.sack_ok:
+            rec.dupacks = 0
+            if rec.ca_state in (CA_RECOVERY, CA_LOSS):
+                if ack_off >= rec.recover:
+                    rec.exit_recovery()
+                elif rec.ca_state == CA_RECOVERY and not self.sack_ok:
                     # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
-                    self.reno_dupacks = max(self.reno_dupacks - acked // max(self.mss, 1), 0)
-                    if self.rtx and not self.rtx[0].lost:
-                        self._mark_lost(self.rtx[0])
-            elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
-                self.ca_state = CA_OPEN
-            elif self.ca_state == CA_CWR and ack_off > self.recover:
+                    rec.reno_dupacks = max(rec.reno_dupacks - acked // max(self.mss, 1), 0)
+                    if rec.rtx and not rec.rtx[0].lost:
+                        rec.mark_lost(rec.rtx[0])
+            elif rec.ca_state == CA_DISORDER and not rec.sacked_bytes and not rec.reno_dupacks:
+                rec.ca_state = CA_OPEN
+            elif rec.ca_state == CA_CWR and ack_off > rec.recover:
                 # Linux tcp_fastretrans_alert: CWR is held until data above high_seq is acked,
                 # so the CWR flag reached the receiver.
-                self._end_cwr(now)
+                rec.end_cwr(now)
             if ece:
-                self._enter_cwr(now)           # before the window grows (Linux tcp_try_to_open)
+                rec.enter_cwr(now)           # before the window grows (Linux tcp_try_to_open)
             # Without SACK, Linux counts each dupack as one segment delivered (tcp_add_reno_sack);
             # a cumulative ACK then grows cwnd only by what those did not already count.
-            reno_credit = min(self.reno_dupacks * self.mss, self._acked_unsacked) if not self.sack_ok else 0
-            if self.ca_state in (CA_DISORDER, CA_CWR) and not self.sack_ok:
-                self.reno_dupacks = 0          # new data acked: the dupack episode is over
-                if not self.lost_bytes and self.ca_state == CA_DISORDER:
-                    self.ca_state = CA_OPEN
-            if self.sacked_bytes:
-                self._detect_losses(now)
+            reno_credit = min(rec.reno_dupacks * self.mss, rec.acked_unsacked) if not self.sack_ok else 0
+            if rec.ca_state in (CA_DISORDER, CA_CWR) and not self.sack_ok:
+                rec.reno_dupacks = 0          # new data acked: the dupack episode is over
+                if not rec.lost_bytes and rec.ca_state == CA_DISORDER:
+                    rec.ca_state = CA_OPEN
+            if rec.sacked_bytes:
+                rec.detect_losses(now)
             # Linux tcp_ack: tcp_fastretrans_alert runs before tcp_cong_control, so an ACK that
             # starts fast recovery does not grow the window (and ssthresh) first.
-            starts_recovery = self.sack_ok and self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER)
-            if self.ca_state != CA_RECOVERY and self.ca_state != CA_CWR and not starts_recovery:
+            starts_recovery = self.sack_ok and rec.lost_bytes and rec.ca_state in (CA_OPEN, CA_DISORDER)
+            if rec.ca_state != CA_RECOVERY and rec.ca_state != CA_CWR and not starts_recovery:
                 # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
                 # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
                 # held during fast recovery (RFC 6675 §5).
-                self.cc.on_ack(self._acked_unsacked - reno_credit + newly_sacked, now, self.rtt.latest_rtt,
+                self.cc.on_ack(rec.acked_unsacked - reno_credit + newly_sacked, now, self.rtt.latest_rtt,
                                prior_in_flight,
                                app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss
                                and not self.unsent_bytes)
         elif ack_off == self.snd_una and self.snd_max > self.snd_una:
             # RFC 5681 §2 duplicate ACK: no data, no window change, data outstanding.
             if not plen and not flags & (SYN | FIN) and (win == self.snd_wnd or sack_new):
-                self.dupacks += 1
+                rec.dupacks += 1
                 mib["UsertcpDupAcks"] += 1
                 if not self.sack_ok:
-                    if self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
-                        self.reno_dupacks = min(self.dupacks, self._outstanding_segments())
-                        if self.ca_state != CA_CWR:
-                            self.ca_state = CA_DISORDER
-                        if self.dupacks >= self.config.reordering and self.rtx:
-                            self._mark_lost(self.rtx[0])
-                            self._enter_recovery(now)
-                    elif self.ca_state == CA_RECOVERY:
-                        self.reno_dupacks = min(self.reno_dupacks + 1, self._outstanding_segments())
+                    if rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
+                        rec.reno_dupacks = min(rec.dupacks, rec.outstanding_segments())
+                        if rec.ca_state != CA_CWR:
+                            rec.ca_state = CA_DISORDER
+                        if rec.dupacks >= self.config.reordering and rec.rtx:
+                            rec.mark_lost(rec.rtx[0])
+                            rec.enter_recovery(now)
+                    elif rec.ca_state == CA_RECOVERY:
+                        rec.reno_dupacks = min(rec.reno_dupacks + 1, rec.outstanding_segments())
                 elif sack_new:
-                    self._detect_losses(now)
+                    rec.detect_losses(now)
             elif sack_new:
-                self._detect_losses(now)
+                rec.detect_losses(now)
         if ece:
-            self._enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
-        if self.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
-            self._enter_recovery(now)
-        elif self.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
-            self.ca_state = CA_DISORDER
-        if (self.ca_state == CA_RECOVERY and self.sack_ok) or self.ca_state == CA_CWR:
-            self._prr(self._acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
-                      una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
+            rec.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
+        if self.sack_ok and rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and rec.lost_bytes:
+            rec.enter_recovery(now)
+        elif self.sack_ok and rec.ca_state == CA_OPEN and rec.sacked_bytes:
+            rec.ca_state = CA_DISORDER
+        if (rec.ca_state == CA_RECOVERY and self.sack_ok) or rec.ca_state == CA_CWR:
+            rec.prr(rec.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
+                      una_advanced=ack_off > prior_una, newly_lost=rec.lost_bytes > lost_before)
         if not plen and ack_off >= prior_una and flags == ACK:
             mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
             self.timers.tlp_deadline = INF
             self.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
 
-    def _outstanding_segments(self) -> int:
-        return max((self.snd_nxt - self.snd_una + self.mss - 1) // max(self.mss, 1), 0)
-
     def _ack_advance(self, ack_off: int, now: float, ts_ecr: int = 0) -> int:
         """SND.UNA advances to ``ack_off``: drop acknowledged data, sample RTT (RFC 6298)."""
         acked = ack_off - self.snd_una
-        rtx = self.rtx
+        rtx = self.recovery.rtx
         rtt_sample: float | None = None
         acked_unsacked = 0
         while rtx and rtx[0].end <= ack_off:
@@ -1354,28 +1326,28 @@ class Connection:
             n = r.end - r.start
             if not r.sacked:
                 acked_unsacked += n
-                self._rack_note(r, now, self._fack_prior)
+                self.recovery.rack_note(r, now, self.recovery.fack_prior)
                 self.delivered_segs += max(1, (n - (1 if r.fin else 0) + self.mss - 1) // max(self.mss, 1))
             if r.sacked:
-                self.sacked_bytes -= n
+                self.recovery.sacked_bytes -= n
             else:
                 if r.lost:
-                    self.lost_bytes -= n
+                    self.recovery.lost_bytes -= n
                 if r.retrans:
-                    self.retrans_bytes -= n
+                    self.recovery.retrans_bytes -= n
             if r.tx_count == 1 and not r.sacked:
                 rtt_sample = now - r.tx_time   # Karn: only never-retransmitted segments
         if rtx and rtx[0].start < ack_off:
             r = rtx[0]
             cut = ack_off - r.start
             if r.sacked:
-                self.sacked_bytes -= cut
+                self.recovery.sacked_bytes -= cut
             else:
                 acked_unsacked += cut
                 if r.lost:
-                    self.lost_bytes -= cut
+                    self.recovery.lost_bytes -= cut
                 if r.retrans:
-                    self.retrans_bytes -= cut
+                    self.recovery.retrans_bytes -= cut
             r.start = ack_off
         # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
         if ts_ecr > 0 and self.ts_ok:
@@ -1396,7 +1368,7 @@ class Connection:
         if self.timers.tlp_high >= 0 and ack_off >= self.timers.tlp_high:
             self.timers.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
         # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
-        self._acked_unsacked = acked_unsacked
+        self.recovery.acked_unsacked = acked_unsacked
         if self.on_writable is not None and data_end > 0:
             self.on_writable(self)
         # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
@@ -1426,253 +1398,9 @@ class Connection:
     def _time_wait_entered(self, now: float) -> None:
         """The TIME_WAIT effect of the state table: only the 2 MSL timer runs (RFC 9293 §3.10.7.4)."""
         self.timers.stop()
-        self.rtx.clear()
+        self.recovery.rtx.clear()
         self.timers.time_wait_deadline = now + self.config.time_wait
         self.stack.on_time_wait(self)
-
-    def _process_sack(self, blocks: tuple[tuple[int, int], ...], ack_off: int, now: float) -> bool:
-        """Mark SACKed records (RFC 2018 §3, RFC 6675 §4 update()). Returns True if new data was SACKed."""
-        new = False
-        rtx = self.rtx
-        for left_seq, right_seq in blocks:
-            left = self._snd_off(left_seq)
-            right = self._snd_off(right_seq)
-            if right <= left or right > self.snd_max or left < self.snd_una - self.max_snd_wnd:
-                self.mib["TcpExtTCPSACKDiscard"] += 1
-                continue
-            if right <= ack_off or left < self.snd_una:
-                self.mib["TcpExtTCPDSACKRecv"] += 1    # RFC 2883: a duplicate report
-                continue
-            i = 0
-            while i < len(rtx):
-                r = rtx[i]
-                if r.end <= left:
-                    i += 1
-                    continue
-                if r.start >= right:
-                    break
-                if not r.sacked:
-                    # Linux tcp_match_skb_to_sack: a block marks whole MSS-sized pieces only; a
-                    # partial SACK of a one-MSS segment marks nothing.
-                    mss = max(self.mss, 1)
-                    lo = max(left, r.start)
-                    hi = min(right, r.end)
-                    if lo != r.start or hi != r.end:
-                        if r.end - r.start <= mss:
-                            i += 1
-                            continue
-                        a = r.start + -(-(lo - r.start) // mss) * mss
-                        b = hi if hi == r.end else r.start + ((hi - r.start) // mss) * mss
-                        if a >= b:
-                            i += 1
-                            continue
-                    else:
-                        a, b = lo, hi
-                    if r.start < a:
-                        tail = SentSegment(a, r.end, r.fin, r.tx_time)
-                        tail.tx_count, tail.retrans = r.tx_count, r.retrans
-                        tail.lost, tail.first_tx = r.lost, r.first_tx
-                        r.end = a
-                        r.fin = False
-                        rtx.insert(i + 1, tail)
-                        i += 1
-                        continue
-                    if r.end > b:
-                        tail = SentSegment(b, r.end, r.fin, r.tx_time)
-                        tail.tx_count, tail.retrans = r.tx_count, r.retrans
-                        tail.lost, tail.first_tx = r.lost, r.first_tx
-                        r.end = b
-                        r.fin = False
-                        rtx.insert(i + 1, tail)
-                    n = r.end - r.start
-                    r.sacked = True
-                    self.sacked_bytes += n
-                    self.delivered_segs += max(1, (n + self.mss - 1) // max(self.mss, 1))
-                    if r.lost:
-                        self.lost_bytes -= n
-                        r.lost = False
-                    if r.retrans:
-                        self.retrans_bytes -= n
-                        r.retrans = False
-                    if r.end > self.high_sacked:
-                        self.high_sacked = r.end
-                    self._rack_note(r, now)
-                    new = True
-                    if r.tx_count == 1 and not self.ts_ok:
-                        self.rtt.on_sample(max(now - r.tx_time, 1e-6))
-                i += 1
-        return new
-
-    def _mark_lost(self, r: SentSegment) -> None:
-        if r.sacked or r.lost:
-            return
-        n = r.end - r.start
-        r.lost = True
-        self.lost_bytes += n
-        if self.stack.tracer is not None:
-            self.stack.trace(self, "tcp:packet_lost", {
-                "rel_seq": r.start, "end": r.end, "trigger": "rack" if self.config.rack and self.sack_ok
-                else ("sack" if self.sack_ok else "reno")}, self.stack.now)
-        if r.retrans:
-            # A lost retransmission: it no longer counts in the pipe (RFC 6675 §4 SetPipe).
-            r.retrans = False
-            self.retrans_bytes -= n
-
-    def _detect_losses(self, now: float) -> None:
-        """RACK (RFC 8985 §6.2) when enabled, as Linux does for SACK peers; else RFC 6675 IsLost."""
-        if self.config.rack:
-            self._rack_detect(now)
-        else:
-            self._dupthresh_detect()
-
-    def _rack_note(self, r: SentSegment, now: float, fack: int = -1) -> None:
-        """RFC 8985 §6.2 steps 1-3: a segment was just delivered (cumulatively or by SACK).
-
-        ``fack`` is the highest delivered end before this ACK, for cumulatively acked
-        segments: SACK blocks of the same ACK do not make them look reordered (Linux prior_fack).
-        """
-        if r.tx_count > 1 and now - r.tx_time < (self.rtt.min_rtt or 0.0):
-            return                      # the ACK may be for the original transmission
-        if r.tx_time > self.rack_xmit_ts or (r.tx_time == self.rack_xmit_ts and r.end > self.rack_end):
-            self.rack_xmit_ts = r.tx_time
-            self.rack_end = r.end
-            self.rack_rtt = now - r.tx_time
-        if r.end < (self.rack_fack if fack < 0 else fack):
-            if r.tx_count == 1:
-                # Delivered below what was already delivered, never retransmitted: reordering.
-                self.rack_reord = True
-                dist = -(-(self.rack_fack - r.start) // max(self.mss, 1))
-                if dist > self.reordering:
-                    self.reordering = min(dist, 300)       # Linux caps at tcp_max_reordering
-        else:
-            self.rack_fack = r.end
-
-    def _rack_reo_wnd(self) -> float:
-        """RFC 8985 §6.2 step 4 (Linux tcp_rack_reo_wnd)."""
-        if not self.rack_reord:
-            if self.ca_state in (CA_RECOVERY, CA_LOSS):
-                return 0.0
-            if self.sacked_bytes >= self.reordering * self.mss:
-                return 0.0
-        min_rtt = self.rtt.min_rtt or 0.0
-        return min(min_rtt / 4, self.rtt.srtt or min_rtt)
-
-    def _rack_detect(self, now: float) -> None:
-        """RFC 8985 §6.2 step 5: lost if sent before RACK.xmit_ts and older than RTT + reo_wnd."""
-        if self.rack_xmit_ts < 0:
-            return
-        reo = self._rack_reo_wnd()
-        xts, xend = self.rack_xmit_ts, self.rack_end
-        wait = INF
-        for r in self.rtx:
-            if r.sacked or (r.lost and not r.retrans):
-                continue
-            if r.tx_time > xts or (r.tx_time == xts and r.end >= xend):
-                continue                 # not sent before the latest delivered segment
-            remaining = r.tx_time + self.rack_rtt + reo - now
-            if remaining <= 1e-9:
-                if r.lost:               # a lost retransmission: eligible again
-                    r.retrans = False
-                    self.retrans_bytes -= r.end - r.start
-                else:
-                    self._mark_lost(r)
-            elif remaining < wait:
-                wait = remaining
-        # Linux adds TCP_TIMEOUT_MIN (2 ms) to the reordering timer.
-        self.timers.rack_deadline = now + wait + 0.002 if wait != INF else INF
-
-    def _dupthresh_detect(self) -> None:
-        """RFC 6675 §4 IsLost: DupThresh SACKed segments, or more than (DupThresh-1)*SMSS bytes, above."""
-        thresh = self.config.reordering
-        limit = (thresh - 1) * self.mss
-        sacked_above = 0
-        sacked_segs = 0
-        for r in reversed(self.rtx):
-            if r.sacked:
-                sacked_above += r.end - r.start
-                sacked_segs += 1
-            elif (sacked_segs >= thresh or sacked_above > limit) and not r.lost and not r.retrans:
-                self._mark_lost(r)
-
-    def _init_cwnd_reduction(self, now: float) -> None:
-        """Linux tcp_init_cwnd_reduction: start one PRR-paced reduction (RFC 6937)."""
-        # RFC 6937 PRR state; Linux uses the cwnd before the reduction as RecoverFS.
-        self.prior_cwnd = max(self.cc.cwnd, self.mss)
-        self.prr_delivered = 0
-        self.prr_out = 0
-        # Linux bases ssthresh on cwnd (tcp_reno_ssthresh / bictcp_recalc_ssthresh).
-        self.cc.on_congestion_event(now, self.cc.cwnd)
-        self.recover = self.snd_max          # Linux high_seq
-        self._ecn_queue_cwr()
-
-    def _ecn_queue_cwr(self) -> None:
-        """Linux tcp_ecn_queue_cwr: every reduction is announced with CWR (RFC 3168 §6.1.2)."""
-        if self.ecn_flags & ECN_OK:
-            self.ecn_flags |= ECN_QUEUE_CWR
-
-    def _enter_cwr(self, now: float, trigger: str = "ecn_echo") -> None:
-        """Linux tcp_enter_cwr: an ECN echo (or a locally refused transmission) reduces cwnd (by
-        the CC's ssthresh) at most once per window of data (RFC 3168 §6.1.2), in the CWR state,
-        paced by PRR like a recovery."""
-        if self.ca_state >= CA_CWR:
-            return
-        self.mib["UsertcpECNCwndReductions" if trigger == "ecn_echo" else "UsertcpLocalCwndReductions"] += 1
-        self._init_cwnd_reduction(now)
-        old = self.ca_state
-        self.ca_state = CA_CWR
-        if self.stack.tracer is not None:
-            self._trace_ca(old, trigger, now)
-
-    def _end_cwr(self, now: float) -> None:
-        """Linux tcp_end_cwnd_reduction + TCP_CA_Open: cwnd settles at ssthresh."""
-        self.cc.on_recovery_exit()
-        self.ca_state = CA_OPEN
-        if self.stack.tracer is not None:
-            self._trace_ca(CA_CWR, "cwr_done", now)
-
-    def _enter_recovery(self, now: float) -> None:
-        """RFC 6675 §5 / RFC 6582 §3.2: fast retransmit and the start of fast recovery."""
-        if self.ca_state in (CA_RECOVERY, CA_LOSS):
-            return
-        self.mib["TcpExtTCPSackRecovery" if self.sack_ok else "TcpExtTCPRenoRecovery"] += 1
-        if self.ca_state != CA_CWR:
-            # Linux tcp_enter_recovery: an ECN-triggered reduction already under way is the
-            # one for this window; the loss does not reduce again.
-            self._init_cwnd_reduction(now)
-        old = self.ca_state
-        self.ca_state = CA_RECOVERY
-        if self.stack.tracer is not None:
-            self._trace_ca(old, "loss_detected", now)
-
-    def _prr(self, delivered: int, *, una_advanced: bool = False, newly_lost: bool = False) -> None:
-        """RFC 6937 proportional rate reduction (Linux tcp_cwnd_reduction): cwnd = pipe + sndcnt."""
-        if delivered <= 0 or not self.prior_cwnd:
-            return
-        self.prr_delivered += delivered
-        pipe = self.in_flight
-        ssthresh = self.cc.ssthresh
-        if pipe > ssthresh:
-            sndcnt = -(-self.prr_delivered * ssthresh // self.prior_cwnd) - self.prr_out
-        else:
-            # PRR-SSRB: grow back towards ssthresh; one MSS more only when SND.UNA moved
-            # and nothing new was lost (Linux).
-            sndcnt = max(self.prr_delivered - self.prr_out, delivered)
-            if una_advanced and not newly_lost:
-                sndcnt += self.mss
-            sndcnt = min(ssthresh - pipe, sndcnt)
-        if not self.prr_out:
-            sndcnt = max(sndcnt, self.mss)   # force the fast retransmit on entering recovery
-        self.cc.cwnd = max(pipe + max(sndcnt, 0), self.mss)
-
-    def _exit_recovery(self) -> None:
-        if self.ca_state == CA_RECOVERY:
-            self.cc.on_recovery_exit()
-        old = self.ca_state
-        self.ca_state = CA_OPEN
-        if self.stack.tracer is not None:
-            self._trace_ca(old, "recovery_done", self.stack.now)
-        self.reno_dupacks = 0
-        self.dupacks = 0
 
     # ------------------------------------------------------------ data receive
 
@@ -1842,7 +1570,7 @@ class Connection:
             self.stack.syn_state_output(self, now)
             return
         sent = False
-        if self.lost_bytes:
+        if self.recovery.lost_bytes:
             sent = self._send_retransmissions(now)
         if self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0):
             if self._send_new_data(now):
@@ -1868,7 +1596,7 @@ class Connection:
         """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd."""
         sent = False
         cwnd = self.cc.cwnd
-        rtx = self.rtx
+        rtx = self.recovery.rtx
         i = -1
         while i + 1 < len(rtx):
             i += 1
@@ -1877,8 +1605,8 @@ class Connection:
                 continue
             if self.in_flight + (r.end - r.start) > cwnd and sent:
                 break
-            if self.in_flight >= cwnd and not (not sent and self.ca_state == CA_RECOVERY
-                                               and self.retrans_bytes == 0):
+            if self.in_flight >= cwnd and not (not sent and self.recovery.ca_state == CA_RECOVERY
+                                               and self.recovery.retrans_bytes == 0):
                 break
             if not self._retransmit(r, now, i):
                 break             # Linux tcp_xmit_retransmit_queue stops at a failed one
@@ -1892,7 +1620,7 @@ class Connection:
             tail.tx_count, tail.lost, tail.first_tx = r.tx_count, r.lost, r.first_tx
             r.end = r.start + self.mss
             r.fin = False
-            self.rtx.insert(index + 1, tail)
+            self.recovery.rtx.insert(index + 1, tail)
         dlen = r.end - r.start - (1 if r.fin else 0)
         payload = self.snd_buf.views(r.start - 1, dlen) if dlen else []
         # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment).
@@ -1905,19 +1633,19 @@ class Connection:
             flags |= PSH
         if not self._emit(now, r.start, flags, payload):
             return self._retransmit_refused(r)
-        if self.ca_state == CA_RECOVERY or self.ca_state == CA_CWR:
-            self.prr_out += r.end - r.start
+        if self.recovery.ca_state == CA_RECOVERY or self.recovery.ca_state == CA_CWR:
+            self.recovery.prr_out += r.end - r.start
         r.retrans = True
-        self.retrans_bytes += r.end - r.start
+        self.recovery.retrans_bytes += r.end - r.start
         r.tx_count += 1
         r.tx_time = now
         self.total_retrans += 1
         if self.stack.tracer is not None:
-            reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(self.ca_state, "probe")
+            reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(self.recovery.ca_state, "probe")
             self.stack.trace(self, "tcp:retransmit", {"rel_seq": r.start, "end": r.end,
                                                       "tx_count": r.tx_count, "reason": reason}, now)
         self.mib["TcpRetransSegs"] += 1
-        if self.ca_state == CA_RECOVERY:
+        if self.recovery.ca_state == CA_RECOVERY:
             self.mib["TcpExtTCPFastRetrans"] += 1
         if self.timers.rto_deadline == INF:
             self.timers.rto_deadline = now + self.rtt.timeout
@@ -1983,7 +1711,7 @@ class Connection:
             room_after = min(wnd_room, cwnd_room) - size
             # Limited transmit (a dupack let one segment out, RFC 3042) sends no PSH in Linux.
             # Inside a write the burst ends only where the windows stop it.
-            burst_end = self.ca_state == CA_OPEN and not self.more_pending \
+            burst_end = self.recovery.ca_state == CA_OPEN and not self.more_pending \
                 and (room_after < mss if self._mid_write else rest <= 0 or room_after < min(mss, rest))
             if not self._emit_new(now, nxt, size, fin=fin, push=burst_end):
                 break          # Linux tcp_write_xmit: a refused skb stays at the queue head
@@ -2009,9 +1737,9 @@ class Connection:
         end = off + size + (1 if fin else 0)
         if not self._emit(now, off, flags, payload, gso_size=self.mss if size > self.mss else 0):
             return False       # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
-        if self.ca_state == CA_RECOVERY or self.ca_state == CA_CWR:
-            self.prr_out += end - off
-        self.rtx.append(SentSegment(off, end, fin, now))
+        if self.recovery.ca_state == CA_RECOVERY or self.recovery.ca_state == CA_CWR:
+            self.recovery.prr_out += end - off
+        self.recovery.rtx.append(SentSegment(off, end, fin, now))
         self.snd_nxt = end
         if end > self.snd_max:
             self.snd_max = end
@@ -2027,9 +1755,10 @@ class Connection:
 
     def _update_prediction(self) -> None:
         """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
+        rec = self.recovery
         if (self.state is State.ESTABLISHED and self.config.header_prediction and self.ooo.empty
-                and self.ca_state == CA_OPEN and not self.sacked_bytes and not self.lost_bytes
-                and not self.reno_dupacks and not self.closed_by_app and self.rcv_adv > self.rcv_nxt
+                and rec.ca_state == CA_OPEN and not rec.sacked_bytes and not rec.lost_bytes
+                and not rec.reno_dupacks and not self.closed_by_app and self.rcv_adv > self.rcv_nxt
                 and self.rcvbuf_limit > len(self.rcv_buf)
                 and (self.md5_key is None or self.config.md5_fast_path)):
             hdr_len = 20 + (12 if self.ts_ok else 0) + (20 if self.md5_key is not None else 0)
@@ -2052,10 +1781,10 @@ class Connection:
             self.timers.probe_deadline = INF
             self.timers.probes_out = 0
         self._ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
-        self.dupacks = 0
+        self.recovery.dupacks = 0
         self.timers.tlp_deadline = INF
         self.timers.arm_tlp(now)
-        self.cc.on_ack(self._acked_unsacked, now, self.rtt.latest_rtt, prior_in_flight,
+        self.cc.on_ack(self.recovery.acked_unsacked, now, self.rtt.latest_rtt, prior_in_flight,
                        app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss and not self.unsent_bytes)
         if self.state is not State.CLOSED:
             self.output(now)
@@ -2067,6 +1796,7 @@ class Connection:
 
         ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce).
         """
+        rec = self.recovery
         self.segs_in += 1
         seg_off = self.rcv_nxt
         if ts_val >= 0 and seg_off <= self.last_ack_sent and not (ts_val - self.ts_recent) & 0x80000000:
@@ -2092,7 +1822,7 @@ class Connection:
         if self.on_readable is not None:
             self.on_readable(self)
         # output() has work only for these conditions; otherwise it would change nothing.
-        if (self._ack_now_flag or self.lost_bytes or self.keepalive or self.timers.probe_deadline != INF
+        if (self._ack_now_flag or rec.lost_bytes or self.keepalive or self.timers.probe_deadline != INF
                 or self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0)
                 or (self.snd_max > self.snd_una and self.timers.rto_deadline == INF)):
             self.output(now)
@@ -2133,7 +1863,7 @@ class Connection:
             opts |= TCPI_OPT_SYN_DATA
         out = {
             "tcpi_state": int(self.state),
-            "tcpi_ca_state": self.ca_state,
+            "tcpi_ca_state": self.recovery.ca_state,
             "tcpi_retransmits": self.timers.retransmits,
             "tcpi_probes": self.timers.probes_out,
             "tcpi_backoff": rtt.backoff,
@@ -2145,9 +1875,9 @@ class Connection:
             "tcpi_snd_mss": self.mss,
             "tcpi_rcv_mss": self.rcv_mss,
             "tcpi_unacked": (self.snd_nxt - self.snd_una + mss - 1) // mss,
-            "tcpi_sacked": (self.sacked_bytes + mss - 1) // mss,
-            "tcpi_lost": (self.lost_bytes + mss - 1) // mss,
-            "tcpi_retrans": (self.retrans_bytes + mss - 1) // mss,
+            "tcpi_sacked": (self.recovery.sacked_bytes + mss - 1) // mss,
+            "tcpi_lost": (self.recovery.lost_bytes + mss - 1) // mss,
+            "tcpi_retrans": (self.recovery.retrans_bytes + mss - 1) // mss,
             "tcpi_pmtu": self.pmtu or self.config.mtu,
             "tcpi_advmss": (min(self.stack.mtu_mss(self.v6), self.user_mss or 65535)
                             - (12 if self.ts_ok else 0)),
@@ -2163,7 +1893,7 @@ class Connection:
             "tcpi_delivered": self.delivered_segs,
             "tcpi_notsent_bytes": self.unsent_bytes,
             "tcpi_snd_wnd": self.snd_wnd,
-            "tcpi_reordering": self.reordering,
+            "tcpi_reordering": self.recovery.reordering,
             "tcpi_rcv_space": self.rcvbuf_limit,
         }
         out.update(rtt.as_info())

@@ -272,7 +272,7 @@ class FastOpen:
         if st.synack_data and 0 < ack_off < end:
             # Patches 5/6: the data in the SYN-ACK was not (all) taken; go back to the ACK
             # point (the head is trimmed by the ACK) and send the rest now, not at the RTO.
-            conn.rtx.clear()
+            conn.recovery.rtx.clear()
             conn.snd_nxt = ack_off
             conn.total_retrans += 1
             conn.mib["UsertcpSynAckDataRetrans"] += 1
@@ -296,7 +296,7 @@ class FastOpen:
             entry.syn_loss += 1           # Linux: SYN timed out, no cookie: note a SYN loss
         if st.syn_data > 0:
             if conn.snd_una < 1 + st.syn_data:
-                conn.rtx.clear()
+                conn.recovery.rtx.clear()
                 conn.snd_nxt = conn.snd_una
                 conn.total_retrans += 1
                 mib["TcpExtTCPFastOpenActiveFail"] += 1

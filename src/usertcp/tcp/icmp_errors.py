@@ -178,10 +178,10 @@ def _rto_revert_allowed(msg: IcmpMessage) -> bool:
 def rto_revert(conn: Connection, now: float) -> None:
     """RFC 6069 §4 (Linux tcp_ld_RTO_revert): the RTO was lengthened by backoff while the path
     was down, and a router says so: undo one doubling and re-arm from the head's send time."""
-    if not conn.timers.retransmits or not conn.rtt.backoff or not conn.rtx:
+    if not conn.timers.retransmits or not conn.rtt.backoff or not conn.recovery.rtx:
         return
     conn.rtt.backoff -= 1
-    remaining = conn.rtt.timeout - (now - conn.rtx[0].tx_time)
+    remaining = conn.rtt.timeout - (now - conn.recovery.rtx[0].tx_time)
     conn.mib["UsertcpRtoReverted"] += 1
     if remaining > 0:
         conn.timers.rto_deadline = now + remaining
@@ -207,17 +207,17 @@ def mtu_reduced(conn: Connection, mtu: int, now: float) -> None:
         return
     # Linux tcp_simple_retransmit: mark lost every in-flight segment longer than the new MSS.
     marked = False
-    for r in conn.rtx:
+    for r in conn.recovery.rtx:
         if not r.sacked and r.end - r.start - (1 if r.fin else 0) > conn.mss:
-            conn._mark_lost(r)
+            conn.recovery.mark_lost(r)
             marked = True
     if not marked:
         return
-    if conn.ca_state != CA_LOSS:
+    if conn.recovery.ca_state != CA_LOSS:
         # Linux: no cwnd change ("don't muck with the congestion window"), only the loss state
         # so that the marked segments go out now and recovery ends at today's SND.MAX.
-        conn.ca_state = CA_LOSS
-        conn.recover = conn.snd_max
+        conn.recovery.ca_state = CA_LOSS
+        conn.recovery.recover = conn.snd_max
     conn.output(now)                  # _retransmit arms the RTO if it is not running
     conn._schedule()
 

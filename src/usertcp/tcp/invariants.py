@@ -75,7 +75,7 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
     # Retransmission queue and the scoreboard.
     sacked = lost = retrans = 0
     prev_end = c.snd_una
-    for r in c.rtx:
+    for r in c.recovery.rtx:
         if not (r.start < r.end and r.start >= prev_end and r.end <= c.snd_max):
             _fail("rtx-order", c, f"record [{r.start},{r.end}) after {prev_end}, snd_max={c.snd_max}")
         prev_end = r.end
@@ -90,9 +90,10 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
                 lost += n
             if r.retrans:
                 retrans += n
-    if (sacked, lost, retrans) != (c.sacked_bytes, c.lost_bytes, c.retrans_bytes):
-        _fail("scoreboard", c, f"counters sacked/lost/retrans={c.sacked_bytes}/{c.lost_bytes}/"
-              f"{c.retrans_bytes}, recomputed {sacked}/{lost}/{retrans}")
+    rec = c.recovery
+    if (sacked, lost, retrans) != (rec.sacked_bytes, rec.lost_bytes, rec.retrans_bytes):
+        _fail("scoreboard", c, f"counters sacked/lost/retrans={rec.sacked_bytes}/{rec.lost_bytes}/"
+              f"{rec.retrans_bytes}, recomputed {sacked}/{lost}/{retrans}")
     # Receive side.
     rb = c.rcv_buf
     if rb.size != sum(len(x) for x in rb.chunks()):
@@ -130,8 +131,8 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
         _fail("cwnd-mss", c, f"cwnd={c.cc.cwnd} mss={c.mss}")
     if c.ecn_flags and not c.ecn_flags & ECN_OK:
         _fail("ecn-flags", c, f"ecn_flags={c.ecn_flags:#x} without ECN negotiated")
-    if c.ca_state == CA_CWR and c.snd_una > c.recover:
-        _fail("cwr-window", c, f"CWR state with snd_una={c.snd_una} past its window end {c.recover}")
+    if c.recovery.ca_state == CA_CWR and c.snd_una > c.recovery.recover:
+        _fail("cwr-window", c, f"CWR state with snd_una={c.snd_una} past its window end {c.recovery.recover}")
 
 
 def check_invariants(stack: Stack) -> None:

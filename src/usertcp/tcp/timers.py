@@ -12,14 +12,13 @@ import errno
 import math
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.recovery import CA_CWR, CA_DISORDER, CA_LOSS, CA_OPEN, SentSegment
+from usertcp.tcp.recovery import CA_CWR, CA_DISORDER, CA_LOSS, CA_OPEN, INF, SentSegment
 from usertcp.tcp.states import SYNCHRONIZED, State
 from usertcp.wire.segment import ACK
 
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
-INF = float("inf")
 # Linux TCP_RESOURCE_PROBE_INTERVAL (HZ/2): the retry interval after the local queue refused
 # a transmission (NET_XMIT_DROP), without backoff; TCP_TIMEOUT_MIN (2 jiffies) floors timers.
 RESOURCE_PROBE_INTERVAL = 0.5
@@ -71,11 +70,11 @@ class Timers:
             return
         if now >= self.rack_deadline:
             self.rack_deadline = INF
-            c._detect_losses(now)
-            if c.lost_bytes and c.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
-                c._enter_recovery(now)
+            c.recovery.detect_losses(now)
+            if c.recovery.lost_bytes and c.recovery.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
+                c.recovery.enter_recovery(now)
                 if c.sack_ok:
-                    c._prr(c.mss)      # Linux tcp_rack_reo_timeout: one segment's worth
+                    c.recovery.prr(c.mss)      # Linux tcp_rack_reo_timeout: one segment's worth
         if now >= self.tlp_deadline:
             self.tlp_deadline = INF
             self.on_tlp(now)        # re-arms the RTO when it sends a probe
@@ -145,35 +144,35 @@ class Timers:
         self.tlp_high = -1
         self.rack_deadline = INF
         # Linux tcp_enter_loss: ssthresh is not cut again inside a CWR reduction's window.
-        cwr_window = c.ca_state == CA_CWR and c.recover > c.snd_una
+        cwr_window = c.recovery.ca_state == CA_CWR and c.recovery.recover > c.snd_una
         c.cc.on_rto(now, c.cc.cwnd, first_timeout=self.retransmits == 0 and not cwr_window)
-        c._ecn_queue_cwr()
-        old_ca = c.ca_state
-        c.ca_state = CA_LOSS
+        c.recovery.ecn_queue_cwr()
+        old_ca = c.recovery.ca_state
+        c.recovery.ca_state = CA_LOSS
         if c.stack.tracer is not None:
             c.stack.trace(c, "tcp:rto_fired",
                              {"backoff": c.rtt.backoff, "rto": c.rtt.timeout}, now)
-            c._trace_ca(old_ca, "rto", now)
-        c.recover = c.snd_max
-        c.reno_dupacks = 0
-        c.dupacks = 0
+            c.recovery.trace_ca(old_ca, "rto", now)
+        c.recovery.recover = c.snd_max
+        c.recovery.reno_dupacks = 0
+        c.recovery.dupacks = 0
         # Linux tcp_timeout_mark_lost: a SACKed head at an RTO means the receiver reneged
         # (RFC 2018 §8): forget every SACK mark, and retransmit from SND.UNA.
-        reneged = bool(c.rtx) and c.rtx[0].sacked
+        reneged = bool(c.recovery.rtx) and c.recovery.rtx[0].sacked
         if reneged:
             c.mib["TcpExtTCPSACKReneging"] += 1
-            c.sacked_bytes = 0
-        for r in c.rtx:
+            c.recovery.sacked_bytes = 0
+        for r in c.recovery.rtx:
             if reneged:
                 r.sacked = False
             if r.retrans:
                 r.retrans = False
             if not r.sacked and not r.lost:
                 r.lost = True
-        c.retrans_bytes = 0
-        c.lost_bytes = sum(r.end - r.start for r in c.rtx if r.lost)
+        c.recovery.retrans_bytes = 0
+        c.recovery.lost_bytes = sum(r.end - r.start for r in c.recovery.rtx if r.lost)
         self.retransmits += 1
-        if c.rtx and not c._retransmit(c.rtx[0], now):
+        if c.recovery.rtx and not c._retransmit(c.recovery.rtx[0], now):
             # Linux tcp_retransmit_timer: the retransmission failed for local congestion; retry
             # after TCP_RESOURCE_PROBE_INTERVAL, without backing the RTO off.
             self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
@@ -192,7 +191,7 @@ class Timers:
         c = self.conn
         # Linux tcp_schedule_loss_probe(): SACK peers only (RFC 8985 §2: RACK-TLP needs SACK),
         # in Open or CWR state (an ECN reduction is no loss episode).
-        if (not c.config.tlp or not c.sack_ok or c.ca_state not in (CA_OPEN, CA_CWR)
+        if (not c.config.tlp or not c.sack_ok or c.recovery.ca_state not in (CA_OPEN, CA_CWR)
                 or c.snd_max <= c.snd_una or self.tlp_high >= 0 or self.tlp_deadline != INF
                 or c.state not in (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1,
                                       State.CLOSING, State.LAST_ACK)):
@@ -214,7 +213,7 @@ class Timers:
     def on_tlp(self, now: float) -> None:
         """RFC 8985 §7.3: send one new segment if possible, else retransmit the last one."""
         c = self.conn
-        if c.snd_max <= c.snd_una or c.ca_state not in (CA_OPEN, CA_CWR):
+        if c.snd_max <= c.snd_una or c.recovery.ca_state not in (CA_OPEN, CA_CWR):
             return
         data_end = c.snd_buf.end + 1
         room = c.snd_una + c.snd_wnd - c.snd_nxt
@@ -226,12 +225,12 @@ class Timers:
         elif avail <= 0 and c.fin_queued and c.snd_nxt == data_end:
             sent = c._emit_new(now, c.snd_nxt, 0, fin=True)
         else:
-            idx = len(c.rtx) - 1
-            while idx >= 0 and c.rtx[idx].sacked:
+            idx = len(c.recovery.rtx) - 1
+            while idx >= 0 and c.recovery.rtx[idx].sacked:
                 idx -= 1
             if idx < 0:
                 return
-            r = c.rtx[idx]
+            r = c.recovery.rtx[idx]
             if r.end - r.start > c.mss + (1 if r.fin else 0):
                 # Probe with the last MSS of a super-segment.
                 cut = r.end - c.mss - (1 if r.fin else 0)
@@ -240,7 +239,7 @@ class Timers:
                 tail.lost, tail.first_tx = r.lost, r.first_tx
                 r.end = cut
                 r.fin = False
-                c.rtx.insert(idx + 1, tail)
+                c.recovery.rtx.insert(idx + 1, tail)
                 r = tail
                 idx += 1
             if r.retrans:
@@ -258,7 +257,7 @@ class Timers:
         c = self.conn
         if not c.user_timeout:
             return False
-        start = c.rtx[0].first_tx if c.rtx else self.first_rto_time
+        start = c.recovery.rtx[0].first_tx if c.recovery.rtx else self.first_rto_time
         return now - start >= c.user_timeout
 
     def on_probe(self, now: float) -> None:
