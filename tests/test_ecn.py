@@ -20,17 +20,9 @@ from usertcp.net.impair import ImpairConfig, ImpairedEndpoint, parse_impair
 from usertcp.net.memnet import LinkConfig, ce_mark
 from usertcp.tcp import syncookies as sc
 from usertcp.tcp.config import StackConfig
-from usertcp.tcp.connection import (
-    CA_CWR,
-    CA_OPEN,
-    ECN_DEMAND_CWR,
-    ECN_OK,
-    ECN_QUEUE_CWR,
-    TCPI_OPT_ECN,
-    TCPI_OPT_ECN_SEEN,
-    Connection,
-)
+from usertcp.tcp.connection import TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN, Connection
 from usertcp.tcp.invariants import check_invariants
+from usertcp.tcp.recovery import CA_CWR, CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_QUEUE_CWR
 from usertcp.wire.packet import build_packet, parse_packet
 from usertcp.wire.segment import ACK, CWR, ECE, ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, SYN, TxPacket
 from usertcp.wire.tcp import encode_options

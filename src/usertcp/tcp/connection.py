@@ -31,6 +31,11 @@ from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.md5sig import Md5Keys
+from usertcp.tcp.output import (
+    IP_PMTUDISC_WANT,
+    MAX_WINDOW,
+    Output,
+)
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.recovery import (
     CA_CWR,
@@ -40,11 +45,9 @@ from usertcp.tcp.recovery import (
     CA_RECOVERY,
     ECN_DEMAND_CWR,
     ECN_OK,
-    ECN_QUEUE_CWR,
     ECN_SEEN,
     INF,
     Recovery,
-    SentSegment,
 )
 from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
@@ -58,37 +61,27 @@ from usertcp.tcp.states import (
     transition_effects,
 )
 from usertcp.tcp.timers import Timers
-from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import (
     ACK,
     AE,
     CWR,
     ECE,
     ECN_CE,
-    ECN_ECT0,
     ECN_NOT_ECT,
     FIN,
-    PSH,
     RST,
     SYN,
     URG,
     Buffer,
     Segment,
 )
-from usertcp.wire.tcp import encode_options
 
 if TYPE_CHECKING:
     from usertcp.tcp.config import StackConfig
     from usertcp.tcp.host import ConnectionHost
     from usertcp.tcp.stack import Listener
 
-# Path-MTU discovery modes (IP_MTU_DISCOVER values, linux/in.h).
-IP_PMTUDISC_DONT, IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE = 0, 1, 2, 3
-# Linux ip_dont_fragment(): IPv4 DF only with IP_PMTUDISC_WANT (the default) or IP_PMTUDISC_DO.
-_DF_MODES = (IP_PMTUDISC_WANT, IP_PMTUDISC_DO)
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
-MAX_WINDOW = 65535
-GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
 MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
 SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
 SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
@@ -153,6 +146,7 @@ class Connection:
         self.mib = stack.counters.table   # the packet path increments the dict itself
         self.timers = Timers(self)
         self.recovery = Recovery(self, cfg.reordering)
+        self.tx = Output(self)
 
         # Send sequence space, as offsets from ISS (§3.3.1).
         self.iss = 0
@@ -169,7 +163,6 @@ class Connection:
         self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
         self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
-        self.snd_sml = 0               # end of the last small segment (Minshall's Nagle)
         self.total_retrans = 0
         self.syn_retries = 0
 
@@ -190,7 +183,6 @@ class Connection:
         self.last_rcv_time = 0.0
         self.last_snd_time = 0.0
         self.dsack: tuple[int, int] | None = None
-        self._ts_last = 0
         # RACK-TLP (RFC 8985), Linux's default loss detection for SACK connections.
         self.accepted = False          # handed to the application by accept()
         self._ack_now_flag = False
@@ -215,13 +207,6 @@ class Connection:
         self.ecn_flags = 0                     # ECN_* (Linux tp->ecn_flags)
 
         # Socket options.
-        self._nodelay = False
-        self._cork = False
-        self.more_pending = False      # inside a send(MSG_MORE): hold its partial segment
-        self.push_end = 0              # stream end of the last write without MSG_MORE (PSH mark)
-        self._force_push = False       # one push overriding cork/MSG_MORE (TCP_NODELAY set, uncork)
-        self._mid_write = False        # a push inside send(): more of the same write follows
-        self._xmit_budget = -1         # bytes of new data this output may send (-1: no limit)
         self.keepalive = False
         self.keepalive_time = cfg.keepalive_time
         self.keepalive_intvl = cfg.keepalive_intvl
@@ -254,25 +239,25 @@ class Connection:
 
     @property
     def nodelay(self) -> bool:
-        return self._nodelay
+        return self.tx.nagle_off
 
     @nodelay.setter
     def nodelay(self, value: bool) -> None:
         # Linux do_tcp_setsockopt(TCP_NODELAY): setting it also pushes what is pending,
         # corked or not (TCP_NAGLE_PUSH).
-        self._nodelay = bool(value)
+        self.tx.nagle_off = bool(value)
         if value:
-            self._force_push = True
+            self.tx.force_push = True
 
     @property
     def cork(self) -> bool:
-        return self._cork
+        return self.tx.corked
 
     @cork.setter
     def cork(self, value: bool) -> None:
-        if self._cork and not value:
-            self._force_push = True      # uncorking pushes the pending partial frame
-        self._cork = bool(value)
+        if self.tx.corked and not value:
+            self.tx.force_push = True      # uncorking pushes the pending partial frame
+        self.tx.corked = bool(value)
 
     # ------------------------------------------------------------------ helpers
 
@@ -319,7 +304,7 @@ class Connection:
     @property
     def send_space(self) -> int:
         """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
-        return min(self.snd_buf.room(self._size_goal(), self.sndbuf_limit), self.stack.mem.room())
+        return min(self.snd_buf.room(self.tx.size_goal(), self.sndbuf_limit), self.stack.mem.room())
 
     @property
     def memory_free(self) -> bool:
@@ -360,40 +345,6 @@ class Connection:
         sndmem = 2 * nr_segs * per_mss
         if self.sndbuf_limit < sndmem:
             self.sndbuf_limit = min(sndmem, self.config.wmem[2])
-
-    def _size_goal(self) -> int:
-        """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
-        bounded by half the peer's largest window (tcp_bound_to_half_wnd); one MSS without
-        GSO (TCP-MD5 turns it off)."""
-        mss = self.mss
-        if self.md5_key is not None:
-            return mss
-        goal = GSO_MAX_SIZE
-        cutoff = self.max_snd_wnd >> 1 if self.max_snd_wnd > 536 else self.max_snd_wnd
-        if cutoff and goal > cutoff:
-            goal = max(cutoff, 68 - 20 - (12 if self.ts_ok else 0))   # 68 - tcp_header_len
-        return max(goal // mss * mss, mss)
-
-    def _tso_bytes(self) -> int:
-        """Linux tcp_tso_segs()/tcp_tso_autosize(): the largest burst one skb leaves in,
-        about 1 ms of the pacing rate but at least tcp_min_tso_segs segments."""
-        mss = self.mss
-        if self.md5_key is not None:
-            return mss
-        srtt = self.rtt.srtt
-        cwnd = self.cc.cwnd
-        if not srtt:
-            size = GSO_MAX_SIZE                 # sk_pacing_rate starts unlimited
-        else:
-            # tcp_update_pacing_rate(): 200% of cwnd/srtt in slow start, 120% after.
-            ratio = 2.0 if cwnd < self.cc.ssthresh // 2 else 1.2
-            rate = ratio * max(cwnd, self.snd_nxt - self.snd_una) / srtt
-            size = int(rate) >> 10              # sk_pacing_shift
-            r = int((self.rtt.min_rtt or srtt) * 1e6) >> 9    # tcp_tso_rtt_log
-            if r < 32:
-                size += GSO_MAX_SIZE >> r
-            size = min(size, GSO_MAX_SIZE)
-        return max(size // mss, self.config.min_tso_segs, 1) * mss
 
     @property
     def is_synchronized(self) -> bool:
@@ -442,180 +393,6 @@ class Connection:
 
     # ----------------------------------------------------------- segment output
 
-    def _window_field(self, syn: bool) -> int:
-        """The receive window to advertise, with receiver SWS avoidance (RFC 9293 §3.8.6.2.2)."""
-        free = self.rcvbuf_limit - len(self.rcv_buf) - self.ooo.bytes_queued
-        if free < 0:
-            free = 0
-        if syn:
-            # RFC 7323 §2.2: the SYN window is never scaled. Its right edge is relative to
-            # the peer's ISN+1, which a SYN-SENT connection learns only from the SYN-ACK.
-            wnd = min(free, MAX_WINDOW)
-            self.syn_window = wnd
-            self.rcv_adv = max(self.rcv_adv, self.rcv_nxt + wnd)
-            return wnd
-        # Linux rcv_ssthresh: the window opens from 64 KB as data arrives (tcp_grow_window),
-        # instead of offering the whole buffer to a peer not yet known to use it.
-        capped = free > self.rcv_ssthresh
-        if capped:
-            free = self.rcv_ssthresh
-        right = self.rcv_nxt + free
-        cur = self.rcv_adv - self.rcv_nxt
-        if right < self.rcv_adv:
-            wnd = max(cur, 0)                # never shrink the window (RFC 9293 §3.8.6.2.2)
-        elif cur > 0 and not capped and right - self.rcv_adv < min(self.rcvbuf_limit // 2, self.rcv_mss):
-            wnd = cur                        # SWS: the buffer itself is the limit, wait for space
-        else:
-            wnd = free
-        # Round up to the scale unit as Linux does (ALIGN in tcp_select_window), within the buffer.
-        unit = 1 << self.rcv_wscale
-        if wnd % unit and wnd + unit - wnd % unit <= self.rcvbuf_limit - len(self.rcv_buf):
-            wnd += unit - wnd % unit
-        field = wnd >> self.rcv_wscale
-        if field > MAX_WINDOW:
-            field = MAX_WINDOW
-        self.rcv_adv = max(self.rcv_adv, self.rcv_nxt + (field << self.rcv_wscale))
-        return field
-
-    def _tsval(self, now: float) -> int:
-        # RFC 7323 §5.4: TSval must never go backwards, even if a caller's clock reading is
-        # older than one used before (the peer's PAWS would drop the segment).
-        t = int(now * 1000)
-        if t < self._ts_last:
-            t = self._ts_last
-        self._ts_last = t
-        return (t + self.ts_offset) & SEQ_MASK
-
-    def _emit(self, now: float, off: int, flags: int, payload: list[memoryview] | tuple[()] = (),
-              options: bytes | None = None, gso_size: int = 0) -> bool:
-        """Build and queue one segment starting at send offset ``off``; False if the local
-        queue refused it (``Stack.tx_refuse``).
-
-        As in Linux's __tcp_transmit_skb, what precedes the hand-off happens either way: the
-        ACK state is cleared (a refused ACK is just lost) and the segment is counted.
-        """
-        syn = bool(flags & SYN)
-        if options is None:
-            options = self._data_options(now)
-        window = self._window_field(syn)
-        ack = 0
-        if flags & ACK:
-            ack = (self.irs + self.rcv_nxt) & SEQ_MASK
-            self.last_ack_sent = self.rcv_nxt
-            self.ack_pending = 0
-            self.timers.delack_deadline = INF
-            self.dsack = None
-        tos = self.tos
-        ef = self.ecn_flags
-        if ef and not syn:
-            # Linux tcp_ecn_send(): only new data is ECT(0) (RFC 3168 §6.1.5: never pure ACKs
-            # or retransmissions), and the first of it after a reduction carries CWR; ECE
-            # goes on every segment while a CE mark waits for the peer's CWR (§6.1.3).
-            if payload and off >= self.snd_max:
-                tos |= ECN_ECT0
-                if ef & ECN_QUEUE_CWR:
-                    self.ecn_flags = ef = ef & ~ECN_QUEUE_CWR
-                    flags |= CWR
-            if ef & ECN_DEMAND_CWR and self.state is not State.TIME_WAIT:
-                flags |= ECE
-        pkt = build_packet(src=self.local_ip, dst=self.remote_ip, sport=self.local_port,
-                           dport=self.remote_port, seq=(self.iss + off) & SEQ_MASK, ack=ack, flags=flags,
-                           window=window, options=options, payload=payload, ttl=self.config.ttl,
-                           tos=tos, md5_key=self.md5_key, csum_partial=self.stack.tx_csum_offload,
-                           gso_size=gso_size, df=self.pmtudisc in _DF_MODES)
-        # Only an explicit False is a refusal: a wrapper of output() that drops its result
-        # (it returned None before refusals existed) must not read as one.
-        ok = self.stack.output(pkt) is not False
-        self.segs_out += 1
-        self.last_snd_time = now
-        mib = self.mib
-        mib["TcpOutSegs"] += 1
-        if flags & RST:
-            mib["TcpOutRsts"] += 1
-        if not ok:
-            self.timers.tx_refused = True
-            if self.state in SYNCHRONIZED:
-                # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
-                self.recovery.enter_cwr(now, "local_congestion")
-        return ok
-
-    def _data_options(self, now: float) -> bytes:
-        """Options of a non-SYN segment: timestamps and SACK blocks (RFC 7323, 2018, 2883)."""
-        ts = (self._tsval(now), self.ts_recent) if self.ts_ok else None
-        blocks: list[tuple[int, int]] = []
-        if self.sack_ok and (self.dsack is not None or not self.ooo.empty):
-            room = 40 - (12 if ts else 0) - (20 if self.md5_key is not None else 0)
-            max_blocks = (room - 4) // 8
-            irs = self.irs
-            if self.dsack is not None and max_blocks > 0:
-                blocks.append(((irs + self.dsack[0]) & SEQ_MASK, (irs + self.dsack[1]) & SEQ_MASK))
-            for left, right in self.ooo.sack_blocks(max_blocks):
-                if len(blocks) >= max_blocks:
-                    break
-                blocks.append((left, right))
-        if not ts and not blocks and self.md5_key is None:
-            return b""
-        return encode_options(ts=ts, sack_blocks=blocks, md5=self.md5_key is not None)
-
-    def send_ack(self, now: float) -> None:
-        self._emit(now, self.snd_nxt, ACK)
-
-    def send_rst(self, now: float) -> None:
-        """An active reset (RFC 9293 §3.10.7.4 abort): RST|ACK at snd_nxt."""
-        self._emit(now, self.snd_nxt, RST | ACK, options=self._rst_options(now))
-
-    def _rst_options(self, now: float) -> bytes:
-        ts = (self._tsval(now), self.ts_recent) if self.ts_ok else None
-        if ts is None and self.md5_key is None:
-            return b""
-        return encode_options(ts=ts, md5=self.md5_key is not None)
-
-    def _syn_options(self, now: float, synack: bool, peer: Segment | None) -> bytes:
-        """Linux's SYN/SYN-ACK option set: only what the peer offered, for a SYN-ACK."""
-        cfg = self.config
-        mss = self.stack.mtu_mss(self.v6)
-        if self.user_mss:
-            mss = min(mss, self.user_mss)
-        if synack:
-            ts = (self._tsval(now), self.ts_recent) if self.ts_ok else None
-            sack = self.sack_ok
-            wscale = self.rcv_wscale if self.ws_ok else -1
-        else:
-            ts = (self._tsval(now), 0) if cfg.timestamps else None
-            sack = cfg.sack
-            wscale = self.rcv_wscale if cfg.window_scaling else -1
-        fastopen, fastopen_exp = self.stack.fastopen_syn_option(self, synack, peer)
-        return encode_options(mss=mss, ts=ts, sack_permitted=sack, wscale=wscale,
-                              fastopen=fastopen, fastopen_exp=fastopen_exp, md5=self.md5_key is not None)
-
-    def _send_syn(self, now: float) -> bool:
-        """Send (or resend) the SYN or SYN-ACK; False if the local queue refused it, which
-        the first transmission ignores as Linux's tcp_connect/tcp_conn_request do (a loss)."""
-        flags = SYN
-        payload: list[memoryview] = []
-        if self.state is State.SYN_RECEIVED:
-            flags |= ACK
-            if self.ecn_flags & ECN_OK:
-                flags |= ECE         # Linux tcp_ecn_make_synack / tcp_ecn_send_synack
-        elif self.ecn_flags & ECN_OK and not (self.syn_retries and self.config.ecn_fallback):
-            # Linux tcp_ecn_send_syn; tcp_ecn_clear_syn: a retransmitted SYN goes without
-            # ECE|CWR (RFC 3168 §6.1.1.1), in case a middlebox drops ECN-setup SYNs.
-            flags |= ECE | CWR
-        payload = self.stack.syn_payload(self)
-        ok = self._emit(now, 0, flags, payload, options=self._syn_options(now, bool(flags & ACK), None))
-        end = 1 + sum(len(p) for p in payload)
-        self.snd_nxt = max(self.snd_nxt, end)
-        self.snd_max = max(self.snd_max, end)
-        if self.timers.rto_deadline == INF:
-            self.timers.rto_deadline = now + self.rtt.timeout
-        if payload and not self.recovery.rtx:
-            self.recovery.rtx.append(SentSegment(1, end, False, now))
-        elif payload and self.recovery.rtx[0].start == 1:
-            # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
-            self.recovery.rtx[0].tx_count += 1
-            self.recovery.rtx[0].tx_time = now
-        return ok
-
     # ------------------------------------------------------------------ opening
 
     def start_active_open(self, now: float) -> None:
@@ -631,7 +408,7 @@ class Connection:
         self.ecn_flags = ECN_OK if self.config.ecn == ECN_ON else 0
         self._set_state(State.SYN_SENT, now)
         self.timers.first_rto_time = now
-        self._send_syn(now)
+        self.tx.send_syn(now)
         self._schedule()
 
     def start_passive_open(self, seg: Segment, listener: Listener, now: float) -> None:
@@ -653,7 +430,7 @@ class Connection:
         self._set_state(State.SYN_RECEIVED, now)
         self.timers.first_rto_time = now
         self.stack.on_passive_syn(self, seg, now)
-        self._send_syn(now)
+        self.tx.send_syn(now)
         self._schedule()
 
     def _negotiate(self, seg: Segment, now: float) -> None:
@@ -686,7 +463,7 @@ class Connection:
         mem = self.stack.mem
         view = data if isinstance(data, memoryview) else memoryview(data)
         owned = isinstance(data, bytes)
-        goal = self._size_goal()
+        goal = self.tx.size_goal()
         copied = 0
         while copied < total:
             copy = buf.tail_room(goal)
@@ -709,27 +486,27 @@ class Connection:
             if copied < total and self.is_synchronized and buf.tail_room(goal) == 0:
                 # A full skb with more to copy: forced_push() marks PSH and pushes every
                 # half max window, else tcp_push_one() sends it when it is the send head.
-                forced = buf.end - self.push_end > self.max_snd_wnd >> 1
+                forced = buf.end - self.tx.push_end > self.max_snd_wnd >> 1
                 if forced:
-                    self.push_end = buf.end
+                    self.tx.push_end = buf.end
                 if forced or buf.tail_is_send_head():
-                    self._mid_write = True
-                    self.more_pending = more
-                    self._xmit_budget = -1 if forced else self._tso_bytes()
-                    self.output(now)
-                    self._xmit_budget = -1
-                    self._mid_write = self.more_pending = False
-                    goal = self._size_goal()
+                    self.tx.mid_write = True
+                    self.tx.more_pending = more
+                    self.tx.xmit_budget = -1 if forced else self.tx.tso_bytes()
+                    self.tx.run(now)
+                    self.tx.xmit_budget = -1
+                    self.tx.mid_write = self.tx.more_pending = False
+                    goal = self.tx.size_goal()
         if copied <= 0:
             return 0
         if not more:
-            self.push_end = buf.end
+            self.tx.push_end = buf.end
         if self.is_synchronized:
             # MSG_MORE holds a partial segment for this call's push only (Linux tcp_push with
             # TCP_NAGLE_CORK); a later ACK-clocked transmission sends it as Nagle allows.
-            self.more_pending = more
-            self.output(now)
-            self.more_pending = False
+            self.tx.more_pending = more
+            self.tx.run(now)
+            self.tx.more_pending = False
             self._schedule()      # the stack must learn the retransmission deadline
         return copied
 
@@ -740,7 +517,7 @@ class Connection:
         for v in views:
             self.snd_buf.append(v)
             total += len(v)
-        self.push_end = self.snd_buf.end
+        self.tx.push_end = self.snd_buf.end
         return total
 
     def send_views(self, views: list[memoryview], now: float) -> int:
@@ -751,17 +528,17 @@ class Connection:
         for v in views:
             self.snd_buf.append(v)
             total += len(v)
-        self.more_pending = False
-        self.push_end = self.snd_buf.end
+        self.tx.more_pending = False
+        self.tx.push_end = self.snd_buf.end
         if self.is_synchronized:
-            self.output(now)
+            self.tx.run(now)
             self._schedule()
         return total
 
     def options_changed(self, now: float) -> None:
         """Apply socket options set on a live connection (TCP_NODELAY, uncork, keepalive)."""
         if self.state is not State.CLOSED:
-            self.output(now)
+            self.tx.run(now)
             self._schedule()
 
     def recv(self, n: int, now: float) -> bytes:
@@ -788,7 +565,7 @@ class Connection:
         clamp = min(self.rcvbuf_limit, MAX_WINDOW << self.rcv_wscale)
         # Linux tcp_cleanup_rbuf: update when the window at least doubles and was at most half open.
         if 2 * cur <= clamp and new_wnd >= 2 * cur and new_wnd > cur and new_wnd >= self.rcv_mss:
-            self.send_ack(now)
+            self.tx.send_ack(now)
             self._schedule()
 
     def shutdown(self, how_read: bool, how_write: bool, now: float) -> None:
@@ -808,7 +585,7 @@ class Connection:
             self._set_state(State.FIN_WAIT_1, now)
         elif self.state is State.CLOSE_WAIT:
             self._set_state(State.LAST_ACK, now)
-        self.output(now)
+        self.tx.run(now)
 
     def close(self, now: float) -> None:
         """RFC 9293 §3.10.4 CLOSE; a close with unread data resets (RFC 2525 §2.17)."""
@@ -828,7 +605,7 @@ class Connection:
         if len(self.rcv_buf) or self.linger_zero:
             self.mib["TcpExtTCPAbortOnClose" if len(self.rcv_buf) else "TcpExtTCPAbortOnLinger"] += 1
             if st is not State.TIME_WAIT:
-                self.send_rst(now)
+                self.tx.send_rst(now)
             self.rcv_buf.discard(len(self.rcv_buf))
             self._close_now(now)
             return
@@ -841,7 +618,7 @@ class Connection:
                         # RFC 9293 §3.10.4: nothing to send, so send the FIN now and enter
                         # FIN-WAIT-1; with data queued, the FIN waits for ESTABLISHED.
                         self._set_state(State.FIN_WAIT_1, now)
-                        self._emit_new(now, max(self.snd_nxt, 1), 0, fin=True)
+                        self.tx.emit_new(now, max(self.snd_nxt, 1), 0, fin=True)
                 else:
                     self._queue_fin(now)
         if self.state is not State.CLOSED and self.stack.orphan_count_add(0) > self.config.max_orphans:
@@ -855,7 +632,7 @@ class Connection:
         """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything."""
         if (self.state in SYNCHRONIZED and self.state is not State.TIME_WAIT) \
                 or self.state is State.SYN_RECEIVED:
-            self.send_rst(now)
+            self.tx.send_rst(now)
         self._close_now(now)
 
     def _close_now(self, now: float) -> None:
@@ -902,7 +679,7 @@ class Connection:
             err = self.soft_error or err
         self.error = err
         if send_rst:
-            self.send_rst(now)
+            self.tx.send_rst(now)
         self._close_now(now)
 
     # ------------------------------------------------------------------ input
@@ -916,7 +693,7 @@ class Connection:
         else:
             self._synchronized_arrives(seg, now)
         if self.state is not State.CLOSED:
-            self.output(now)
+            self.tx.run(now)
             self._check_space()
         self._schedule()
 
@@ -970,7 +747,7 @@ class Connection:
             self._set_state(State.SYN_RECEIVED, now)
             self.timers.rto_deadline = INF
             self.syn_retries = 0
-            self._send_syn(now)
+            self.tx.send_syn(now)
 
     def _take_rtt_sample_syn(self, seg: Segment, now: float) -> None:
         if self.syn_retries == 0:
@@ -979,7 +756,7 @@ class Connection:
             self._ts_rtt(seg.ts_ecr, now)
 
     def _ts_rtt(self, ecr: int, now: float) -> None:
-        sample = ((self._tsval(now) - ecr) & SEQ_MASK) / 1000.0
+        sample = ((self.tx.tsval(now) - ecr) & SEQ_MASK) / 1000.0
         if 0 <= sample < 600:
             self.rtt.on_sample(max(sample, 0.0001))
 
@@ -989,7 +766,7 @@ class Connection:
             self.mib["TcpExtTCPACKSkippedChallenge"] += 1
             return
         self.mib["TcpExtTCPChallengeACK"] += 1
-        self.send_ack(now)
+        self.tx.send_ack(now)
 
     def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
         """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.
@@ -1024,7 +801,7 @@ class Connection:
             if seq_diff(seg.ts_val, self.ts_recent) < 0 and now - self.ts_recent_time < TS_PAWS_IDLE:
                 mib["TcpExtPAWSEstab"] += 1
                 if self._oow_allowed(now, seg):
-                    self.send_ack(now)
+                    self.tx.send_ack(now)
                 return
 
         # First: sequence acceptability (RFC 9293 §3.10.7.4 table).
@@ -1035,7 +812,7 @@ class Connection:
         if st is State.SYN_RECEIVED and flags & SYN and not flags & ACK and seg.seq == self.irs:
             # A retransmitted SYN: answer with the SYN-ACK again (Linux inet_rtx_syn_ack).
             mib["UsertcpSynAckRetransOnSyn"] += 1
-            self._send_syn(now)
+            self.tx.send_syn(now)
             return
         if st is State.SYN_RECEIVED and not self.passive and flags & SYN and flags & ACK \
                 and seg.seq == self.irs and self._snd_off(seg.ack) == self.snd_max:
@@ -1047,7 +824,7 @@ class Connection:
                 and seg_off + plen + 1 == self.rcv_nxt:
             # RFC 9293 §3.10.7.4 eighth: a retransmitted FIN in TIME-WAIT is ACKed and
             # restarts the 2 MSL timeout.
-            self.send_ack(now)
+            self.tx.send_ack(now)
             self.timers.time_wait_deadline = now + self.config.time_wait
             return
         acceptable = self._acceptable(seg_off, seg_len, wnd)
@@ -1064,7 +841,7 @@ class Connection:
                     end = min(seg_off + plen, self.rcv_nxt)
                     self.dsack = (seg_off, end)
             if self._oow_allowed(now, seg):
-                self.send_ack(now)
+                self.tx.send_ack(now)
             else:
                 mib["TcpExtTCPACKSkippedSeq"] += 1
             return
@@ -1091,7 +868,7 @@ class Connection:
         if flags & SYN:
             if st is State.SYN_RECEIVED and self.passive:
                 self.stack.forget_embryonic(self)
-                self.send_rst(now)
+                self.tx.send_rst(now)
                 self._close_now(now)
                 return
             self._challenge_ack(now)
@@ -1127,7 +904,7 @@ class Connection:
             # RFC 9293 / RFC 5961 §5.2: an ACK for data never sent.
             mib["UsertcpAckUnsent"] += 1
             if self._oow_allowed(now):
-                self.send_ack(now)
+                self.tx.send_ack(now)
             return
         if ack_off < self.snd_una - self.max_snd_wnd:
             self._challenge_ack(now)
@@ -1146,7 +923,7 @@ class Connection:
         if st is State.TIME_WAIT:
             if flags & FIN:
                 # A retransmitted FIN: ACK it and restart the 2 MSL timer (RFC 9293 §3.10.7.4).
-                self.send_ack(now)
+                self.tx.send_ack(now)
                 self.timers.time_wait_deadline = now + self.config.time_wait
             return
 
@@ -1556,201 +1333,6 @@ class Connection:
 
     # ------------------------------------------------------------------ output
 
-    def output(self, now: float) -> None:
-        """Send what the windows allow: retransmissions, new data, FIN, then any owed ACK."""
-        st = self.state
-        if st is State.CLOSED or st is State.LISTEN or st is State.TIME_WAIT:
-            if self._ack_now_flag:
-                self._ack_now_flag = False
-                if st is State.TIME_WAIT:
-                    self.send_ack(now)
-            return
-        if st is State.SYN_SENT or st is State.SYN_RECEIVED:
-            self._ack_now_flag = False
-            self.stack.syn_state_output(self, now)
-            return
-        sent = False
-        if self.recovery.lost_bytes:
-            sent = self._send_retransmissions(now)
-        if self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0):
-            if self._send_new_data(now):
-                sent = True
-                # Where a burst stopped inside an skb, Linux split it (tso_fragment).
-                self.snd_buf.mark_sent(self.snd_max - 1, self._tso_bytes())
-        self._force_push = False
-        if self._ack_now_flag:
-            self._ack_now_flag = False
-            if not sent or self.ack_pending:
-                self.send_ack(now)
-        if self.snd_max > self.snd_una and self.timers.rto_deadline == INF:
-            self.timers.rto_deadline = now + self.rtt.timeout
-        if sent:
-            self.timers.tlp_deadline = INF      # Linux re-arms the probe after each transmission
-            self.timers.arm_tlp(now)
-        self.timers.arm_probe(now)
-        if self.keepalive and self.state in SYNCHRONIZED:
-            self.timers.keepalive_deadline = self.last_rcv_time + self.keepalive_time \
-                if self.timers.probes_out == 0 else self.timers.keepalive_deadline
-
-    def _send_retransmissions(self, now: float) -> bool:
-        """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd."""
-        sent = False
-        cwnd = self.cc.cwnd
-        rtx = self.recovery.rtx
-        i = -1
-        while i + 1 < len(rtx):
-            i += 1
-            r = rtx[i]
-            if not r.lost or r.retrans or r.sacked:
-                continue
-            if self.in_flight + (r.end - r.start) > cwnd and sent:
-                break
-            if self.in_flight >= cwnd and not (not sent and self.recovery.ca_state == CA_RECOVERY
-                                               and self.recovery.retrans_bytes == 0):
-                break
-            if not self._retransmit(r, now, i):
-                break             # Linux tcp_xmit_retransmit_queue stops at a failed one
-            sent = True
-        return sent
-
-    def _retransmit(self, r: SentSegment, now: float, index: int = 0) -> bool:
-        # Re-cut to the current MSS (the MSS may have shrunk).
-        if r.end - r.start - (1 if r.fin else 0) > self.mss:
-            tail = SentSegment(r.start + self.mss, r.end, r.fin, r.tx_time)
-            tail.tx_count, tail.lost, tail.first_tx = r.tx_count, r.lost, r.first_tx
-            r.end = r.start + self.mss
-            r.fin = False
-            self.recovery.rtx.insert(index + 1, tail)
-        dlen = r.end - r.start - (1 if r.fin else 0)
-        payload = self.snd_buf.views(r.start - 1, dlen) if dlen else []
-        # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment).
-        self.snd_buf.split(r.start - 1)
-        self.snd_buf.split(r.start - 1 + dlen)
-        flags = ACK
-        if r.fin:
-            flags |= FIN
-        if dlen and r.start - 1 + dlen >= self.snd_buf.end:
-            flags |= PSH
-        if not self._emit(now, r.start, flags, payload):
-            return self._retransmit_refused(r)
-        if self.recovery.ca_state == CA_RECOVERY or self.recovery.ca_state == CA_CWR:
-            self.recovery.prr_out += r.end - r.start
-        r.retrans = True
-        self.recovery.retrans_bytes += r.end - r.start
-        r.tx_count += 1
-        r.tx_time = now
-        self.total_retrans += 1
-        if self.stack.tracer is not None:
-            reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(self.recovery.ca_state, "probe")
-            self.stack.trace(self, "tcp:retransmit", {"rel_seq": r.start, "end": r.end,
-                                                      "tx_count": r.tx_count, "reason": reason}, now)
-        self.mib["TcpRetransSegs"] += 1
-        if self.recovery.ca_state == CA_RECOVERY:
-            self.mib["TcpExtTCPFastRetrans"] += 1
-        if self.timers.rto_deadline == INF:
-            self.timers.rto_deadline = now + self.rtt.timeout
-        return True
-
-    def _retransmit_refused(self, r: SentSegment) -> bool:
-        """Linux __tcp_retransmit_skb when the local queue refused the copy: counted as a
-        retransmission (and TCPRetransFail), marked EVER_RETRANS so no RTT sample comes from
-        it (Karn), but not SACKED_RETRANS: it is not in flight and stays to be retransmitted."""
-        r.tx_count += 1
-        self.total_retrans += 1
-        self.mib["TcpRetransSegs"] += 1
-        self.mib["TcpExtTCPRetransFail"] += 1
-        return False
-
-    def _send_new_data(self, now: float) -> bool:
-        """RFC 9293 §3.8.6.2.1 sender SWS avoidance, Nagle (Minshall), cwnd and rwnd limits."""
-        sent = False
-        mss = self.mss
-        data_end = self.snd_buf.end + 1          # offset just past the last queued byte
-        budget = self._xmit_budget               # tcp_push_one(): one skb's burst at most
-        while True:
-            nxt = self.snd_nxt
-            avail = data_end - nxt
-            fin_now = self.fin_queued and avail <= 0 and nxt == data_end
-            if avail <= 0 and not fin_now:
-                break
-            wnd_right = self.snd_una + self.snd_wnd
-            wnd_room = wnd_right - nxt
-            # Linux counts packets: a fast-open child's unacknowledged SYN-ACK is not in its
-            # packets_out, so its sequence byte takes no room from the first flight's cwnd.
-            cwnd_room = self.cc.cwnd - self.in_flight + (1 if self.snd_una == 0 else 0)
-            if fin_now:
-                # A bare FIN is sent regardless of the windows' payload room.
-                return self._emit_new(now, nxt, 0, fin=True) or sent
-            if cwnd_room <= 0 or wnd_room <= 0:
-                break
-            # With TSO the link cuts super-segments into MSS pieces (RFC 9293 §3.7.4 still
-            # holds on the wire); never with MD5, whose digest covers each segment.
-            limit = mss
-            if self.stack.gso_max_size > mss and self.md5_key is None:
-                limit = max(self.stack.gso_max_size // mss, 1) * mss
-            size = min(avail, limit, wnd_room, cwnd_room)
-            if budget >= 0:
-                if budget == 0:
-                    break
-                size = min(size, budget)
-            if size < mss and size < avail:
-                # Window-limited to a small segment: only if it is half the max window (SWS).
-                if size < self.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
-                    if not (cwnd_room < mss and self.snd_nxt == self.snd_una):
-                        break
-            if size < mss and size == avail and not self._force_push:
-                # A partial segment of all remaining data: Nagle/cork decide (RFC 896, Linux).
-                if self._cork or self.more_pending or self._mid_write:
-                    break
-                if not self._nodelay and self.snd_sml > self.snd_una and self.snd_nxt > self.snd_una:
-                    break
-            fin = self.fin_queued and nxt + size == data_end
-            # Linux marks PSH where a transmit burst ends: the end of the written data, or
-            # the last segment the windows let out now (what packetdrill sees of TSO skbs).
-            rest = avail - size
-            room_after = min(wnd_room, cwnd_room) - size
-            # Limited transmit (a dupack let one segment out, RFC 3042) sends no PSH in Linux.
-            # Inside a write the burst ends only where the windows stop it.
-            burst_end = self.recovery.ca_state == CA_OPEN and not self.more_pending \
-                and (room_after < mss if self._mid_write else rest <= 0 or room_after < min(mss, rest))
-            if not self._emit_new(now, nxt, size, fin=fin, push=burst_end):
-                break          # Linux tcp_write_xmit: a refused skb stays at the queue head
-            sent = True
-            if budget > 0:
-                budget -= size
-            if size < mss:
-                self.snd_sml = nxt + size
-        return sent
-
-    def _emit_new(self, now: float, off: int, size: int, *, fin: bool, push: bool = False,
-                  force_psh: bool = False) -> bool:
-        payload = self.snd_buf.views(off - 1, size) if size else []
-        flags = ACK
-        end_data = off - 1 + size
-        if size and (force_psh or (push and (self._mid_write or end_data <= self.push_end))
-                     or (end_data >= self.push_end > off - 1)):
-            # Linux pushes at the end of a write without MSG_MORE, and where a burst of such
-            # data ends; bytes written with MSG_MORE beyond that point never carry PSH.
-            flags |= PSH
-        if fin:
-            flags |= FIN
-        end = off + size + (1 if fin else 0)
-        if not self._emit(now, off, flags, payload, gso_size=self.mss if size > self.mss else 0):
-            return False       # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
-        if self.recovery.ca_state == CA_RECOVERY or self.recovery.ca_state == CA_CWR:
-            self.recovery.prr_out += end - off
-        self.recovery.rtx.append(SentSegment(off, end, fin, now))
-        self.snd_nxt = end
-        if end > self.snd_max:
-            self.snd_max = end
-        if size:
-            self.data_segs_out += 1
-        if self.timers.rto_deadline == INF:
-            self.timers.rto_deadline = now + self.rtt.timeout
-        if self.last_rcv_time and now - self.last_rcv_time < self.config.delack_min:
-            self.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
-        return True
-
     # ------------------------------------------------------------------ timers
 
     def _update_prediction(self) -> None:
@@ -1787,7 +1369,7 @@ class Connection:
         self.cc.on_ack(self.recovery.acked_unsacked, now, self.rtt.latest_rtt, prior_in_flight,
                        app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss and not self.unsent_bytes)
         if self.state is not State.CLOSED:
-            self.output(now)
+            self.tx.run(now)
             self._check_space()
         self._schedule()
 
@@ -1825,8 +1407,19 @@ class Connection:
         if (self._ack_now_flag or rec.lost_bytes or self.keepalive or self.timers.probe_deadline != INF
                 or self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0)
                 or (self.snd_max > self.snd_una and self.timers.rto_deadline == INF)):
-            self.output(now)
+            self.tx.run(now)
         self._schedule()
+
+    def output(self, now: float) -> None:
+        """Send what the windows allow (see ``tcp/output.py``)."""
+        self.tx.run(now)
+
+    def send_ack(self, now: float) -> None:
+        self.tx.send_ack(now)
+
+    def send_rst(self, now: float) -> None:
+        """An active reset (RFC 9293 §3.10.7.4 abort): RST|ACK at snd_nxt."""
+        self.tx.send_rst(now)
 
     def next_deadline(self) -> float:
         return self.timers.next_deadline()

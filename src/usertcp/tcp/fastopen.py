@@ -174,7 +174,7 @@ class FastOpen:
         if preload:
             # RFC 6691 / RFC 9293 §3.7.1: the peer's MSS excludes TCP options, so the SYN-ACK's
             # options come out of it; then the peer's (unscaled) SYN window and our IW.
-            opt_len = len(conn._syn_options(now, True, None))
+            opt_len = len(conn.tx.syn_options(now, True, None))
             mss = min(conn.peer_mss, conn.stack.mtu_mss(conn.v6)) - opt_len
             if conn.user_mss:
                 mss = min(mss, conn.user_mss - opt_len)
@@ -243,7 +243,7 @@ class FastOpen:
             entry = self.cookie_cache.get(conn.remote_ip)
             space = conn.stack.mtu_mss(conn.v6) - MAX_OPTIONS_LEN
             if entry is not None and entry.mss:
-                space = min(space, entry.mss - len(conn._syn_options(conn.stack.now, False, None)))
+                space = min(space, entry.mss - len(conn.tx.syn_options(conn.stack.now, False, None)))
             st.syn_data = max(min(len(conn.snd_buf), space), 0)
         return conn.snd_buf.views(0, st.syn_data) if st.syn_data else []
 
@@ -261,7 +261,7 @@ class FastOpen:
             return                        # the SYN-ACK goes first
         # Only once the application wrote: the preload's remainder otherwise waits for the 3rd ACK.
         if conn.snd_buf.end > st.preload_len and conn.snd_nxt <= conn.snd_buf.end:
-            conn._send_new_data(now)
+            conn.tx.send_new_data(now)
 
     def on_established_passive(self, conn: Connection, now: float, ack_off: int) -> bool:
         """The 3rd ACK: resend SYN-ACK data it leaves unacknowledged. True if queued at SYN time."""
@@ -308,7 +308,7 @@ class FastOpen:
 def _option_fits(conn: Connection, synack: bool, cookie: bytes, exp: bool) -> bool:
     """tcp_synack_options / tcp_syn_options: the cookie only if the 40 option bytes have room.
 
-    Mirrors the option set of Connection._syn_options (MD5 alone takes 20 bytes).
+    Mirrors the option set of Connection.tx.syn_options (MD5 alone takes 20 bytes).
     """
     cfg = conn.config
     if synack:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from usertcp.wire import icmp
 from usertcp.wire.icmp import IcmpMessage
 
-from .connection import CA_LOSS, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT, State
+from .connection import CA_LOSS, State
+from .output import IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT
 
 if TYPE_CHECKING:
     from .connection import Connection

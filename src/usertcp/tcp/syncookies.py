@@ -218,7 +218,7 @@ def on_syn_overflow(stack: Stack, listener: Listener, seg: Segment, now: float) 
     idx = mss_index(peer_mss, v6)
     local, remote = seg.dst, seg.src
     isn = make_cookie(cfg.isn_secret, remote, local, seg.sport, seg.dport, seg.seq, idx, now)
-    # The SYN-ACK's options, as Connection._syn_options(synack=True) would choose them.
+    # The SYN-ACK's options, as Connection.tx.syn_options(synack=True) would choose them.
     opts = listener.options
     ts_ok = cfg.timestamps and seg.ts_val >= 0
     ts = None
@@ -331,7 +331,7 @@ def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wsca
     conn.peer_mss = peer_mss
     conn.rcv_mss = min(peer_mss, stack.mtu_mss(conn.v6))
     conn._compute_mss()
-    conn._window_field(True)             # the SYN-ACK's window: syn_window and rcv_adv
+    conn.tx.window_field(True)             # the SYN-ACK's window: syn_window and rcv_adv
     conn.snd_una = 0
     conn.snd_nxt = conn.snd_max = 1      # the SYN-ACK went out
     # No handshake RTT sample without timestamps (the SYN-ACK's send time is not stored):

@@ -86,7 +86,7 @@ class Timers:
             self.delack_deadline = INF
             if c.ack_pending:
                 c.mib["TcpExtDelayedACKs"] += 1
-                c.send_ack(now)
+                c.tx.send_ack(now)
         if c.state is not State.CLOSED and now >= self.probe_deadline:
             self.probe_deadline = INF
             self.on_probe(now)
@@ -96,7 +96,7 @@ class Timers:
         if c.state is not State.CLOSED and not self.tx_refused:
             # After a refusal the timer handlers above have re-armed their retry; like Linux's
             # timers, do not hammer the full local queue again in the same event.
-            c.output(now)
+            c.tx.run(now)
         c._schedule()
 
     def on_rto(self, now: float) -> None:
@@ -118,7 +118,7 @@ class Timers:
             if not passive:
                 self.count_syn_retrans()
             c.stack.syn_rto(c, now)
-            if c._send_syn(now):
+            if c.tx.send_syn(now):
                 if passive:
                     self.count_syn_retrans()
             elif not passive:
@@ -172,7 +172,7 @@ class Timers:
         c.recovery.retrans_bytes = 0
         c.recovery.lost_bytes = sum(r.end - r.start for r in c.recovery.rtx if r.lost)
         self.retransmits += 1
-        if c.recovery.rtx and not c._retransmit(c.recovery.rtx[0], now):
+        if c.recovery.rtx and not c.tx.retransmit(c.recovery.rtx[0], now):
             # Linux tcp_retransmit_timer: the retransmission failed for local congestion; retry
             # after TCP_RESOURCE_PROBE_INTERVAL, without backing the RTO off.
             self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
@@ -220,10 +220,10 @@ class Timers:
         avail = data_end - c.snd_nxt
         if avail > 0 and room > 0:
             size = min(c.mss, avail, room)
-            sent = c._emit_new(now, c.snd_nxt, size,
+            sent = c.tx.emit_new(now, c.snd_nxt, size,
                                   fin=c.fin_queued and c.snd_nxt + size == data_end)
         elif avail <= 0 and c.fin_queued and c.snd_nxt == data_end:
-            sent = c._emit_new(now, c.snd_nxt, 0, fin=True)
+            sent = c.tx.emit_new(now, c.snd_nxt, 0, fin=True)
         else:
             idx = len(c.recovery.rtx) - 1
             while idx >= 0 and c.recovery.rtx[idx].sacked:
@@ -245,7 +245,7 @@ class Timers:
             if r.retrans:
                 return
             c.mib["TcpExtTCPLossProbeRecovery" if r.lost else "UsertcpLossProbeRetrans"] += 1
-            sent = c._retransmit(r, now, idx)
+            sent = c.tx.retransmit(r, now, idx)
         if not sent:
             return      # Linux tcp_send_loss_probe: refused locally, the RTO stays as armed
         c.mib["TcpExtTCPLossProbes"] += 1
@@ -284,7 +284,7 @@ class Timers:
         if room > 0:
             # Linux tcp_write_wakeup: the window is open, so send held data now, with PSH.
             size = min(c.mss, c.unsent_bytes, room)
-            if c._emit_new(now, c.snd_nxt, size, fin=fin_unsent or (c.fin_queued and
+            if c.tx.emit_new(now, c.snd_nxt, size, fin=fin_unsent or (c.fin_queued and
                                                                         c.snd_nxt + size == data_end),
                               force_psh=True):
                 self.end_probes()          # in flight now: the RTO takes over
@@ -292,7 +292,7 @@ class Timers:
             sent = False
         else:
             c.mib["UsertcpWindowProbes"] += 1
-            sent = c._emit(now, c.snd_una - 1, ACK)
+            sent = c.tx.emit(now, c.snd_una - 1, ACK)
         self.probes_out += 1
         if sent:
             self.probe_backoff = min(self.probe_backoff + 1, c.config.retries2)
@@ -323,7 +323,7 @@ class Timers:
             c._fail(errno.ETIMEDOUT, now, send_rst=True)
             return
         c.mib["UsertcpKeepaliveProbes"] += 1
-        if c._emit(now, c.snd_una - 1, ACK):
+        if c.tx.emit(now, c.snd_una - 1, ACK):
             self.probes_out += 1
             self.keepalive_deadline = now + c.keepalive_intvl
         else:
