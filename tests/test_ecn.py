@@ -192,8 +192,8 @@ def test_ce_echo_until_cwr(fast_path: bool) -> None:
     is ACKed at once (Linux __tcp_ecn_check_ce, tcp_ecn_accept_cwr)."""
     p = ecn_peer(2, header_prediction=fast_path)
     conn = passive_ecn(p)
-    conn.quickack = 0                                  # past the initial quick-ACK phase
-    conn.pingpong = False
+    conn.rx.quickack = 0                                  # past the initial quick-ACK phase
+    conn.rx.pingpong = False
     seq = 1
     p.send(".", seq, 1, payload=b"a" * 100, tos=ECT0)
     seq += 100
@@ -224,7 +224,7 @@ def test_not_ect_data_after_ect_is_acked_quickly() -> None:
     """Linux __tcp_ecn_check_ce: non-ECT data after ECT was seen is likely a retransmission."""
     p = ecn_peer(2)
     conn = passive_ecn(p)
-    conn.quickack = 0
+    conn.rx.quickack = 0
     p.send(".", 1, 1, payload=b"a" * 100, tos=ECT0)
     p.expect_nothing()
     p.send(".", 101, 1, payload=b"b" * 100, tos=0)
@@ -237,7 +237,7 @@ def test_no_ecn_flags_without_negotiation() -> None:
     p.passive_open()
     conn = p.conn
     assert conn is not None and not conn.ecn_flags
-    conn.quickack = 0
+    conn.rx.quickack = 0
     p.send(".", 1, 1, payload=b"a" * 100, tos=CE)
     p.expect_nothing()                                 # delayed as usual
     p.advance(0.05)

@@ -132,7 +132,8 @@ def test_refused_pure_ack_is_simply_lost() -> None:
     peer, conn = _open()
     queue = Queue(peer)
     peer.send("P.", 1, 1, payload=b"hello")
-    assert len(queue.refused) == 1 and conn.ack_pending == 0 and conn.timers.delack_deadline == float("inf")
+    assert len(queue.refused) == 1 and conn.rx.ack_pending == 0
+    assert conn.timers.delack_deadline == float("inf")
     assert conn.rcv_nxt == 6
     peer.advance(5.0)
     assert len(queue.refused) == 1                            # no timer retries an ACK

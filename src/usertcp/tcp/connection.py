@@ -37,6 +37,7 @@ from usertcp.tcp.output import (
     Output,
 )
 from usertcp.tcp.reassembly import ReassemblyQueue
+from usertcp.tcp.receive import Receive
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_DISORDER,
@@ -66,7 +67,6 @@ from usertcp.wire.segment import (
     AE,
     CWR,
     ECE,
-    ECN_CE,
     ECN_NOT_ECT,
     FIN,
     RST,
@@ -147,6 +147,7 @@ class Connection:
         self.timers = Timers(self)
         self.recovery = Recovery(self, cfg.reordering)
         self.tx = Output(self)
+        self.rx = Receive(self, cfg.quickack_segments)
 
         # Send sequence space, as offsets from ISS (§3.3.1).
         self.iss = 0
@@ -177,15 +178,10 @@ class Connection:
         self.last_ack_sent = 0
         self.syn_window = 0
         self.rcv_ssthresh = min(self.rcvbuf_limit, MAX_WINDOW)   # Linux tp->rcv_ssthresh
-        self.ack_pending = 0           # bytes received and not yet acknowledged
-        self.quickack = cfg.quickack_segments
-        self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.last_rcv_time = 0.0
         self.last_snd_time = 0.0
-        self.dsack: tuple[int, int] | None = None
         # RACK-TLP (RFC 8985), Linux's default loss detection for SACK connections.
         self.accepted = False          # handed to the application by accept()
-        self._ack_now_flag = False
         self.rcv_mss = 536
 
         # Options negotiated at the handshake.
@@ -544,29 +540,16 @@ class Connection:
     def recv(self, n: int, now: float) -> bytes:
         data = self.rcv_buf.read(n)
         if data:
-            self._after_read(now)
+            self.rx.after_read(now)
             self._update_prediction()
         return data
 
     def recv_into(self, target: memoryview, now: float) -> int:
         n = self.rcv_buf.read_into(target)
         if n:
-            self._after_read(now)
+            self.rx.after_read(now)
             self._update_prediction()
         return n
-
-    def _after_read(self, now: float) -> None:
-        """Send a window update if reading opened the window a lot (Linux tcp_cleanup_rbuf)."""
-        if self.state not in RECEIVING:
-            return
-        free = min(self.rcvbuf_limit - len(self.rcv_buf) - self.ooo.bytes_queued, self.rcv_ssthresh)
-        new_wnd = min(max(free, 0) >> self.rcv_wscale, MAX_WINDOW) << self.rcv_wscale
-        cur = max(self.rcv_adv - self.rcv_nxt, 0)
-        clamp = min(self.rcvbuf_limit, MAX_WINDOW << self.rcv_wscale)
-        # Linux tcp_cleanup_rbuf: update when the window at least doubles and was at most half open.
-        if 2 * cur <= clamp and new_wnd >= 2 * cur and new_wnd > cur and new_wnd >= self.rcv_mss:
-            self.tx.send_ack(now)
-            self._schedule()
 
     def shutdown(self, how_read: bool, how_write: bool, now: float) -> None:
         if how_read:
@@ -734,12 +717,12 @@ class Connection:
             self.rtt.reset_backoff()
             self.timers.retransmits = 0
             if len(seg.payload) or seg.flags & FIN:
-                self._receive_data(seg, 0, now)   # offset of the SYN: its data starts at 1
+                self.rx.data_arrives(seg, 0, now)   # offset of the SYN: its data starts at 1
             if self.fin_queued and self.write_shutdown:
                 self._set_state(State.FIN_WAIT_1, now)
             # RFC 9293: ACK the SYN-ACK at once (data, if queued, carries it).
-            self.ack_pending = max(self.ack_pending, 1)
-            self._ack_now_flag = True
+            self.rx.ack_pending = max(self.rx.ack_pending, 1)
+            self.rx.ack_now = True
         else:
             # Simultaneous open (RFC 9293 §3.10.7.3 "fifth", Figure 7).
             self.snd_wnd = seg.window
@@ -839,7 +822,7 @@ class Connection:
                 mib["TcpExtTCPDSACKOldSent" if self.sack_ok and self.config.dsack else "UsertcpDupData"] += 1
                 if self.sack_ok and self.config.dsack:
                     end = min(seg_off + plen, self.rcv_nxt)
-                    self.dsack = (seg_off, end)
+                    self.rx.dsack = (seg_off, end)
             if self._oow_allowed(now, seg):
                 self.tx.send_ack(now)
             else:
@@ -942,7 +925,7 @@ class Connection:
                     self._close_now(now)
                     self.stack.send_reset_for(seg, now, self.md5_key)
                     return
-                self._receive_data(seg, seg_off, now)
+                self.rx.data_arrives(seg, seg_off, now)
             elif plen:
                 mib["UsertcpDataAfterFin"] += 1
 
@@ -996,7 +979,7 @@ class Connection:
             # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
             self.ecn_flags &= ~ECN_DEMAND_CWR
             if plen:
-                self._ack_now_flag = True
+                self.rx.ack_now = True
 
         sack_new = False
         sacked_before = rec.sacked_bytes
@@ -1181,127 +1164,7 @@ class Connection:
 
     # ------------------------------------------------------------ data receive
 
-    def _receive_data(self, seg: Segment, seg_off: int, now: float) -> None:
-        """RFC 9293 §3.10.7.4 seventh/eighth: queue in-order data, reassemble, handle FIN."""
-        payload = seg.payload
-        fin = bool(seg.flags & FIN)
-        if seg.flags & SYN:
-            seg_off += 1          # data in a SYN starts after the SYN's sequence number
-        plen = len(payload)
-        mib = self.mib
-        self.last_rcv_time = now
-        nxt = self.rcv_nxt
-        if plen:
-            self.data_segs_in += 1
-        # Trim what was already received (RFC 9293 §3.10.7.4 "trim").
-        if seg_off < nxt:
-            cut = nxt - seg_off
-            if cut >= plen and not fin:
-                self.dsack = (seg_off, seg_off + plen) if self.sack_ok and self.config.dsack else None
-                mib["TcpExtTCPDSACKOldSent" if self.dsack else "UsertcpDupData"] += 1
-                self._schedule_ack(now, immediate=True)
-                return
-            if cut > plen:
-                cut = plen
-            if self.sack_ok and self.config.dsack and cut:
-                self.dsack = (seg_off, seg_off + cut)
-            payload = payload[cut:]
-            seg_off += cut
-            plen -= cut
-        # Trim to the receive window's right edge.
-        right = self.rcv_nxt + max(self.rcv_adv - self.rcv_nxt, 0)
-        if seg_off + plen > right:
-            keep = max(right - seg_off, 0)
-            payload = payload[:keep]
-            plen = keep
-            fin = False
-            mib["UsertcpBeyondWindow"] += 1
-        mem = self.stack.mem
-        if plen and mem.limit and mem.used + plen > mem.limit:
-            # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
-            # ACK restates what we have, and the peer retransmits when memory frees.
-            mib["TcpExtTCPRcvQDrop"] += 1
-            self._schedule_ack(now, immediate=True)
-            return
-        if plen and self.ecn_flags:
-            self._ecn_check_ce(seg.ecn)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
-        if seg_off == nxt:
-            if plen:
-                self._grow_window(plen)
-                if not self.read_shutdown or not self.closed_by_app:
-                    self.rcv_buf.append(payload)
-                nxt += plen
-                self.bytes_received += plen
-            if fin:
-                nxt += 1
-            if fin and not self.ooo.empty:
-                self.ooo.clear()       # nothing can follow a FIN (RFC 9293 §3.10.7.4 eighth)
-            if not self.ooo.empty:
-                nxt_seq = (self.irs + nxt) & SEQ_MASK
-                chunks, new_seq, ooo_fin = self.ooo.pop_ready(nxt_seq)
-                for c in chunks:
-                    self.rcv_buf.append(c)
-                    self.bytes_received += len(c)
-                if ooo_fin:
-                    fin = True
-                nxt += seq_diff(new_seq, nxt_seq)
-                immediate = True       # RFC 5681 §4.2: ACK at once when a hole fills
-            else:
-                immediate = False
-            self.rcv_nxt = nxt
-            if fin:
-                self._fin_arrives(now)
-                self._schedule_ack(now, immediate=True)
-            elif plen or immediate:
-                self._schedule_ack(now, immediate=immediate, length=plen)
-            if fin or plen:
-                self.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
-            if self.on_readable is not None and (fin or self.rcv_buf.size):
-                self.on_readable(self)
-        else:
-            # Out of order: queue it and send an immediate duplicate ACK (RFC 5681 §4.2).
-            irs = self.irs
-            if not self.ooo.add((irs + seg_off) & SEQ_MASK, payload, fin, (irs + nxt) & SEQ_MASK):
-                mib["TcpExtTCPOFODrop"] += 1
-            else:
-                mib["TcpExtTCPOFOQueue"] += 1
-            self._schedule_ack(now, immediate=True)
-
-    def _ecn_check_ce(self, ecn: int) -> None:
-        """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
-        ef = self.ecn_flags
-        if not ef & ECN_OK:
-            return
-        if ecn == ECN_CE:
-            self.mib["UsertcpECNCeDataSegs"] += 1
-            if not ef & ECN_DEMAND_CWR:
-                # Echo ECE from now until the peer's CWR; do not delay the ACKs that carry
-                # it, the sender may have a very small cwnd.
-                self._enter_quickack_mode(2)
-                ef |= ECN_DEMAND_CWR
-            self.ecn_flags = ef | ECN_SEEN
-        elif ecn != ECN_NOT_ECT:
-            self.ecn_flags = ef | ECN_SEEN
-        elif ef & ECN_SEEN:
-            # Not ECT on an ECN connection that has seen ECT: probably a retransmission
-            # (RFC 3168 §6.1.5), so ACK it quickly.
-            self._enter_quickack_mode(2)
-
-    def _enter_quickack_mode(self, max_quickacks: int) -> None:
-        """Linux tcp_enter_quickack_mode: the next ACKs go out at once, interactive mode off."""
-        quick = self.rcv_adv - self.rcv_nxt
-        quick = quick // (2 * max(self.rcv_mss, 1)) if quick > 0 else 0
-        quick = min(quick or 2, max_quickacks)
-        if quick > self.quickack:
-            self.quickack = quick
-        self.pingpong = False
-
-    def _grow_window(self, plen: int) -> None:
-        """Linux tcp_grow_window: each full-sized segment opens the window by two MSS."""
-        if self.rcv_ssthresh < self.rcvbuf_limit and plen >= self.rcv_mss // 2:
-            self.rcv_ssthresh = min(self.rcv_ssthresh + 2 * self.rcv_mss, self.rcvbuf_limit)
-
-    def _fin_arrives(self, now: float) -> None:
+    def fin_arrives(self, now: float) -> None:
         self.fin_received = True
         st = self.state
         if st is State.ESTABLISHED:
@@ -1312,24 +1175,6 @@ class Connection:
             self._set_state(State.CLOSING, now)
         elif st is State.FIN_WAIT_2:
             self._set_state(State.TIME_WAIT, now)
-
-    def _schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
-        """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
-        self.ack_pending += max(length, 1)
-        if immediate:
-            self._ack_now_flag = True
-            return
-        if self.quickack > 0 and not self.pingpong:
-            self.quickack -= 1
-            self._ack_now_flag = True
-            return
-        # At least every second full-sized segment.
-        if self.rcv_nxt - self.last_ack_sent >= 2 * self.rcv_mss:
-            self._ack_now_flag = True
-            return
-        if self.timers.delack_deadline == INF:
-            self.timers.delack_deadline = now + self.config.delack_min
-
 
     # ------------------------------------------------------------------ output
 
@@ -1371,43 +1216,6 @@ class Connection:
         if self.state is not State.CLOSED:
             self.tx.run(now)
             self._check_space()
-        self._schedule()
-
-    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0) -> None:
-        """Predicted in-order data with the ACK unchanged: the slow path's effects, no more.
-
-        ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce).
-        """
-        rec = self.recovery
-        self.segs_in += 1
-        seg_off = self.rcv_nxt
-        if ts_val >= 0 and seg_off <= self.last_ack_sent and not (ts_val - self.ts_recent) & 0x80000000:
-            self.ts_recent = ts_val
-            self.ts_recent_time = now
-        if seg_off > self.snd_wl1 or (seg_off == self.snd_wl1 and self.snd_una == self.snd_wl2):
-            self.snd_wl1 = seg_off
-            self.snd_wl2 = self.snd_una
-            if self.snd_wnd and self.timers.probe_deadline != INF:
-                self.timers.probe_deadline = INF
-                self.timers.probes_out = 0
-        plen = len(payload)
-        self.last_rcv_time = now
-        self.data_segs_in += 1
-        self._grow_window(plen)
-        if self.ecn_flags:
-            self._ecn_check_ce(ecn)
-        self.rcv_buf.append(payload)
-        self.rcv_nxt = seg_off + plen
-        self.bytes_received += plen
-        self._schedule_ack(now, length=plen)
-        self.sk_wakeups += 1             # sk_data_ready()
-        if self.on_readable is not None:
-            self.on_readable(self)
-        # output() has work only for these conditions; otherwise it would change nothing.
-        if (self._ack_now_flag or rec.lost_bytes or self.keepalive or self.timers.probe_deadline != INF
-                or self.snd_nxt <= self.snd_buf.end + (1 if self.fin_queued else 0)
-                or (self.snd_max > self.snd_una and self.timers.rto_deadline == INF)):
-            self.tx.run(now)
         self._schedule()
 
     def output(self, now: float) -> None:

@@ -156,9 +156,9 @@ class Output:
         if flags & ACK:
             ack = (c.irs + c.rcv_nxt) & SEQ_MASK
             c.last_ack_sent = c.rcv_nxt
-            c.ack_pending = 0
+            c.rx.ack_pending = 0
             c.timers.delack_deadline = INF
-            c.dsack = None
+            c.rx.dsack = None
         tos = c.tos
         ef = c.ecn_flags
         if ef and not syn:
@@ -198,12 +198,12 @@ class Output:
         c = self.conn
         ts = (self.tsval(now), c.ts_recent) if c.ts_ok else None
         blocks: list[tuple[int, int]] = []
-        if c.sack_ok and (c.dsack is not None or not c.ooo.empty):
+        if c.sack_ok and (c.rx.dsack is not None or not c.ooo.empty):
             room = 40 - (12 if ts else 0) - (20 if c.md5_key is not None else 0)
             max_blocks = (room - 4) // 8
             irs = c.irs
-            if c.dsack is not None and max_blocks > 0:
-                blocks.append(((irs + c.dsack[0]) & SEQ_MASK, (irs + c.dsack[1]) & SEQ_MASK))
+            if c.rx.dsack is not None and max_blocks > 0:
+                blocks.append(((irs + c.rx.dsack[0]) & SEQ_MASK, (irs + c.rx.dsack[1]) & SEQ_MASK))
             for left, right in c.ooo.sack_blocks(max_blocks):
                 if len(blocks) >= max_blocks:
                     break
@@ -281,13 +281,13 @@ class Output:
         c = self.conn
         st = c.state
         if st is State.CLOSED or st is State.LISTEN or st is State.TIME_WAIT:
-            if c._ack_now_flag:
-                c._ack_now_flag = False
+            if c.rx.ack_now:
+                c.rx.ack_now = False
                 if st is State.TIME_WAIT:
                     self.send_ack(now)
             return
         if st is State.SYN_SENT or st is State.SYN_RECEIVED:
-            c._ack_now_flag = False
+            c.rx.ack_now = False
             c.stack.syn_state_output(c, now)
             return
         sent = False
@@ -299,9 +299,9 @@ class Output:
                 # Where a burst stopped inside an skb, Linux split it (tso_fragment).
                 c.snd_buf.mark_sent(c.snd_max - 1, self.tso_bytes())
         self.force_push = False
-        if c._ack_now_flag:
-            c._ack_now_flag = False
-            if not sent or c.ack_pending:
+        if c.rx.ack_now:
+            c.rx.ack_now = False
+            if not sent or c.rx.ack_pending:
                 self.send_ack(now)
         if c.snd_max > c.snd_una and c.timers.rto_deadline == INF:
             c.timers.rto_deadline = now + c.rtt.timeout
@@ -474,7 +474,7 @@ class Output:
         if c.timers.rto_deadline == INF:
             c.timers.rto_deadline = now + c.rtt.timeout
         if c.last_rcv_time and now - c.last_rcv_time < c.config.delack_min:
-            c.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
+            c.rx.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
         return True
 
     # METHODS-HERE

@@ -339,7 +339,7 @@ class Stack:
         self.counters.table["TcpInSegs"] += 1
         self.counters.table[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
         self.counters.table["TcpExtTCPHPHits"] += 1
-        conn.fast_data(payload, ts_val, ts_ecr, now, tos & 3)
+        conn.rx.fast_data(payload, ts_val, ts_ecr, now, tos & 3)
         return True
 
     def datagrams_to_send(self) -> list[TxPacket]:

@@ -84,7 +84,7 @@ class Timers:
             self.on_rto(now)
         if c.state is not State.CLOSED and now >= self.delack_deadline:
             self.delack_deadline = INF
-            if c.ack_pending:
+            if c.rx.ack_pending:
                 c.mib["TcpExtDelayedACKs"] += 1
                 c.tx.send_ack(now)
         if c.state is not State.CLOSED and now >= self.probe_deadline:
