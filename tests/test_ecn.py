@@ -20,7 +20,8 @@ from usertcp.net.impair import ImpairConfig, ImpairedEndpoint, parse_impair
 from usertcp.net.memnet import LinkConfig, ce_mark
 from usertcp.tcp import syncookies as sc
 from usertcp.tcp.config import StackConfig
-from usertcp.tcp.connection import TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN, Connection
+from usertcp.tcp.connection import Connection
+from usertcp.tcp.info import TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN
 from usertcp.tcp.invariants import check_invariants
 from usertcp.tcp.recovery import CA_CWR, CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_QUEUE_CWR
 from usertcp.wire.packet import build_packet, parse_packet

@@ -30,6 +30,9 @@ from typing import TYPE_CHECKING
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
+from usertcp.tcp.info import (
+    tcp_info,
+)
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.output import (
     IP_PMTUDISC_WANT,
@@ -39,14 +42,8 @@ from usertcp.tcp.output import (
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.receive import Receive
 from usertcp.tcp.recovery import (
-    CA_CWR,
-    CA_DISORDER,
-    CA_LOSS,
     CA_OPEN,
-    CA_RECOVERY,
-    ECN_DEMAND_CWR,
     ECN_OK,
-    ECN_SEEN,
     INF,
     Recovery,
 )
@@ -92,13 +89,6 @@ SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
 HP_MASK = 0xF0F7FFFF
 
 
-# tcpi_options bits (include/uapi/linux/tcp.h).
-TCPI_OPT_TIMESTAMPS = 1
-TCPI_OPT_SACK = 2
-TCPI_OPT_WSCALE = 4
-TCPI_OPT_ECN = 8
-TCPI_OPT_ECN_SEEN = 16
-TCPI_OPT_SYN_DATA = 32
 
 
 def ecn_syn_acceptable(seg: Segment, cfg: StackConfig) -> bool:
@@ -711,7 +701,7 @@ class Connection:
             self.max_snd_wnd = self.snd_wnd
             self.snd_wl1 = 0
             self.snd_wl2 = seq_diff(seg.ack, self.iss)
-            self._ack_advance(seq_diff(seg.ack, self.iss), now)
+            self.recovery.ack_advance(seq_diff(seg.ack, self.iss), now)
             self.stack.on_synack(self, seg, now)
             self._set_state(State.ESTABLISHED, now)
             self.rtt.reset_backoff()
@@ -736,9 +726,9 @@ class Connection:
         if self.syn_retries == 0:
             self.rtt.on_sample(now - self.timers.first_rto_time)
         elif self.ts_ok and seg.ts_ecr:
-            self._ts_rtt(seg.ts_ecr, now)
+            self.ts_rtt_sample(seg.ts_ecr, now)
 
-    def _ts_rtt(self, ecr: int, now: float) -> None:
+    def ts_rtt_sample(self, ecr: int, now: float) -> None:
         sample = ((self.tx.tsval(now) - ecr) & SEQ_MASK) / 1000.0
         if 0 <= sample < 600:
             self.rtt.on_sample(max(sample, 0.0001))
@@ -899,7 +889,7 @@ class Connection:
             self.ts_recent = seg.ts_val
             self.ts_recent_time = now
 
-        self._process_ack(seg, ack_off, seg_off, now)
+        self.recovery.on_ack(seg, ack_off, seg_off, now)
         st = self.state
         if st is State.CLOSED:
             return
@@ -946,7 +936,7 @@ class Connection:
         if self.syn_retries == 0:
             self.rtt.on_sample(now - self.timers.first_rto_time)
         elif self.ts_ok and seg.ts_ecr:
-            self._ts_rtt(seg.ts_ecr, now)
+            self.ts_rtt_sample(seg.ts_ecr, now)
         self.snd_wnd = seg.window << self.snd_wscale
         self.max_snd_wnd = max(self.max_snd_wnd, self.snd_wnd)
         self.snd_wl1 = self._rcv_off(seg.seq)
@@ -964,185 +954,7 @@ class Connection:
 
     # ------------------------------------------------------------- ACK handling
 
-    def _process_ack(self, seg: Segment, ack_off: int, seg_off: int, now: float) -> None:
-        mib = self.mib
-        rec = self.recovery
-        prior_una = self.snd_una
-        prior_in_flight = self.in_flight
-        flags = seg.flags
-        plen = len(seg.payload)
-        win = seg.window << self.snd_wscale
-        # Linux tcp_ecn_rcv_ecn_echo: the peer saw a CE mark (RFC 3168 §6.1.2).
-        ece = bool(flags & ECE) and bool(self.ecn_flags & ECN_OK)
-        if flags & CWR:
-            # Linux tcp_ecn_accept_cwr (in tcp_ack, so a pure ACK's CWR counts too): the
-            # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
-            self.ecn_flags &= ~ECN_DEMAND_CWR
-            if plen:
-                self.rx.ack_now = True
-
-        sack_new = False
-        sacked_before = rec.sacked_bytes
-        lost_before = rec.lost_bytes
-        rec.fack_prior = rec.rack_fack
-        if seg.sack_blocks and self.sack_ok:
-            sack_new = rec.process_sack(seg.sack_blocks, ack_off, now)
-        newly_sacked = max(rec.sacked_bytes - sacked_before, 0)
-
-        # RFC 9293 §3.10.7.4: window update when the segment is newer (Linux tcp_may_update_window).
-        if ack_off > self.snd_una or seg_off > self.snd_wl1 \
-                or (seg_off == self.snd_wl1 and (win > self.snd_wnd or ack_off == self.snd_wl2)):
-            if win != self.snd_wnd:
-                self.snd_wnd = win
-                if win > self.max_snd_wnd:
-                    self.max_snd_wnd = win
-            self.snd_wl1 = seg_off
-            self.snd_wl2 = ack_off
-            if win and self.timers.probe_deadline != INF:
-                self.timers.probe_deadline = INF
-                self.timers.probes_out = 0
-
-        if ack_off > self.snd_una:
-            acked = self._ack_advance(ack_off, now, seg.ts_ecr if seg.ts_val >= 0 else 0)
-            rec.dupacks = 0
-            if rec.ca_state in (CA_RECOVERY, CA_LOSS):
-                if ack_off >= rec.recover:
-                    rec.exit_recovery()
-                elif rec.ca_state == CA_RECOVERY and not self.sack_ok:
-                    # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
-                    rec.reno_dupacks = max(rec.reno_dupacks - acked // max(self.mss, 1), 0)
-                    if rec.rtx and not rec.rtx[0].lost:
-                        rec.mark_lost(rec.rtx[0])
-            elif rec.ca_state == CA_DISORDER and not rec.sacked_bytes and not rec.reno_dupacks:
-                rec.ca_state = CA_OPEN
-            elif rec.ca_state == CA_CWR and ack_off > rec.recover:
-                # Linux tcp_fastretrans_alert: CWR is held until data above high_seq is acked,
-                # so the CWR flag reached the receiver.
-                rec.end_cwr(now)
-            if ece:
-                rec.enter_cwr(now)           # before the window grows (Linux tcp_try_to_open)
-            # Without SACK, Linux counts each dupack as one segment delivered (tcp_add_reno_sack);
-            # a cumulative ACK then grows cwnd only by what those did not already count.
-            reno_credit = min(rec.reno_dupacks * self.mss, rec.acked_unsacked) if not self.sack_ok else 0
-            if rec.ca_state in (CA_DISORDER, CA_CWR) and not self.sack_ok:
-                rec.reno_dupacks = 0          # new data acked: the dupack episode is over
-                if not rec.lost_bytes and rec.ca_state == CA_DISORDER:
-                    rec.ca_state = CA_OPEN
-            if rec.sacked_bytes:
-                rec.detect_losses(now)
-            # Linux tcp_ack: tcp_fastretrans_alert runs before tcp_cong_control, so an ACK that
-            # starts fast recovery does not grow the window (and ssthresh) first.
-            starts_recovery = self.sack_ok and rec.lost_bytes and rec.ca_state in (CA_OPEN, CA_DISORDER)
-            if rec.ca_state != CA_RECOVERY and rec.ca_state != CA_CWR and not starts_recovery:
-                # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
-                # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
-                # held during fast recovery (RFC 6675 §5).
-                self.cc.on_ack(rec.acked_unsacked - reno_credit + newly_sacked, now, self.rtt.latest_rtt,
-                               prior_in_flight,
-                               app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss
-                               and not self.unsent_bytes)
-        elif ack_off == self.snd_una and self.snd_max > self.snd_una:
-            # RFC 5681 §2 duplicate ACK: no data, no window change, data outstanding.
-            if not plen and not flags & (SYN | FIN) and (win == self.snd_wnd or sack_new):
-                rec.dupacks += 1
-                mib["UsertcpDupAcks"] += 1
-                if not self.sack_ok:
-                    if rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
-                        rec.reno_dupacks = min(rec.dupacks, rec.outstanding_segments())
-                        if rec.ca_state != CA_CWR:
-                            rec.ca_state = CA_DISORDER
-                        if rec.dupacks >= self.config.reordering and rec.rtx:
-                            rec.mark_lost(rec.rtx[0])
-                            rec.enter_recovery(now)
-                    elif rec.ca_state == CA_RECOVERY:
-                        rec.reno_dupacks = min(rec.reno_dupacks + 1, rec.outstanding_segments())
-                elif sack_new:
-                    rec.detect_losses(now)
-            elif sack_new:
-                rec.detect_losses(now)
-        if ece:
-            rec.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
-        if self.sack_ok and rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and rec.lost_bytes:
-            rec.enter_recovery(now)
-        elif self.sack_ok and rec.ca_state == CA_OPEN and rec.sacked_bytes:
-            rec.ca_state = CA_DISORDER
-        if (rec.ca_state == CA_RECOVERY and self.sack_ok) or rec.ca_state == CA_CWR:
-            rec.prr(rec.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
-                      una_advanced=ack_off > prior_una, newly_lost=rec.lost_bytes > lost_before)
-        if not plen and ack_off >= prior_una and flags == ACK:
-            mib["TcpExtTCPPureAcks"] += 1
-        if ack_off > prior_una or sack_new:
-            self.timers.tlp_deadline = INF
-            self.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
-
-    def _ack_advance(self, ack_off: int, now: float, ts_ecr: int = 0) -> int:
-        """SND.UNA advances to ``ack_off``: drop acknowledged data, sample RTT (RFC 6298)."""
-        acked = ack_off - self.snd_una
-        rtx = self.recovery.rtx
-        rtt_sample: float | None = None
-        acked_unsacked = 0
-        while rtx and rtx[0].end <= ack_off:
-            r = rtx.popleft()
-            n = r.end - r.start
-            if not r.sacked:
-                acked_unsacked += n
-                self.recovery.rack_note(r, now, self.recovery.fack_prior)
-                self.delivered_segs += max(1, (n - (1 if r.fin else 0) + self.mss - 1) // max(self.mss, 1))
-            if r.sacked:
-                self.recovery.sacked_bytes -= n
-            else:
-                if r.lost:
-                    self.recovery.lost_bytes -= n
-                if r.retrans:
-                    self.recovery.retrans_bytes -= n
-            if r.tx_count == 1 and not r.sacked:
-                rtt_sample = now - r.tx_time   # Karn: only never-retransmitted segments
-        if rtx and rtx[0].start < ack_off:
-            r = rtx[0]
-            cut = ack_off - r.start
-            if r.sacked:
-                self.recovery.sacked_bytes -= cut
-            else:
-                acked_unsacked += cut
-                if r.lost:
-                    self.recovery.lost_bytes -= cut
-                if r.retrans:
-                    self.recovery.retrans_bytes -= cut
-            r.start = ack_off
-        # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
-        if ts_ecr > 0 and self.ts_ok:
-            self._ts_rtt(ts_ecr, now)
-        elif rtt_sample is not None:
-            self.rtt.on_sample(max(rtt_sample, 1e-6))
-        # Release acknowledged data from the send buffer (offset 1 is data byte 0).
-        data_end = min(ack_off - 1, self.snd_buf.end)
-        if data_end > self.snd_buf.start:
-            self.snd_buf.release(data_end)
-        self.snd_una = ack_off
-        if self.snd_nxt < ack_off:
-            self.snd_nxt = ack_off
-        if ack_off > self.snd_max:
-            self.snd_max = ack_off
-        self.bytes_acked += acked
-        self.delivered += acked
-        if self.timers.tlp_high >= 0 and ack_off >= self.timers.tlp_high:
-            self.timers.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
-        # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
-        self.recovery.acked_unsacked = acked_unsacked
-        if self.on_writable is not None and data_end > 0:
-            self.on_writable(self)
-        # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
-        self.rtt.reset_backoff()
-        self.timers.retransmits = 0
-        self.timers.first_rto_time = now
-        if self.snd_una >= self.snd_max:
-            self.timers.rto_deadline = INF
-        else:
-            self.timers.rto_deadline = now + self.rtt.timeout
-        self._fin_acked_transitions(now)
-        return acked
-
-    def _fin_acked_transitions(self, now: float) -> None:
+    def fin_acked(self, now: float) -> None:
         if not self.fin_queued or self.snd_una < self.snd_buf.end + 2:
             return
         st = self.state
@@ -1207,7 +1019,7 @@ class Connection:
         if self.snd_wnd and self.timers.probe_deadline != INF:
             self.timers.probe_deadline = INF
             self.timers.probes_out = 0
-        self._ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
+        self.recovery.ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
         self.recovery.dupacks = 0
         self.timers.tlp_deadline = INF
         self.timers.arm_tlp(now)
@@ -1246,56 +1058,5 @@ class Connection:
     # ----------------------------------------------------------------- tcp_info
 
     def info(self) -> dict[str, int]:
-        """A Linux ``struct tcp_info``-like view (field names as tcpi_*)."""
-        rtt = self.rtt
-        mss = max(self.mss, 1)
-        opts = 0
-        if self.ts_ok:
-            opts |= TCPI_OPT_TIMESTAMPS
-        if self.sack_ok:
-            opts |= TCPI_OPT_SACK
-        if self.ws_ok:
-            opts |= TCPI_OPT_WSCALE
-        if self.ecn_flags & ECN_OK:
-            opts |= TCPI_OPT_ECN
-        if self.ecn_flags & ECN_SEEN:
-            opts |= TCPI_OPT_ECN_SEEN
-        if self.syn_data_acked:
-            opts |= TCPI_OPT_SYN_DATA
-        out = {
-            "tcpi_state": int(self.state),
-            "tcpi_ca_state": self.recovery.ca_state,
-            "tcpi_retransmits": self.timers.retransmits,
-            "tcpi_probes": self.timers.probes_out,
-            "tcpi_backoff": rtt.backoff,
-            "tcpi_options": opts,
-            "tcpi_snd_wscale": self.snd_wscale,
-            "tcpi_rcv_wscale": self.rcv_wscale,
-            "tcpi_rto": int(rtt.timeout * 1e6),
-            "tcpi_ato": int(self.config.delack_min * 1e6),
-            "tcpi_snd_mss": self.mss,
-            "tcpi_rcv_mss": self.rcv_mss,
-            "tcpi_unacked": (self.snd_nxt - self.snd_una + mss - 1) // mss,
-            "tcpi_sacked": (self.recovery.sacked_bytes + mss - 1) // mss,
-            "tcpi_lost": (self.recovery.lost_bytes + mss - 1) // mss,
-            "tcpi_retrans": (self.recovery.retrans_bytes + mss - 1) // mss,
-            "tcpi_pmtu": self.pmtu or self.config.mtu,
-            "tcpi_advmss": (min(self.stack.mtu_mss(self.v6), self.user_mss or 65535)
-                            - (12 if self.ts_ok else 0)),
-            "tcpi_snd_ssthresh": min(self.cc.ssthresh // mss, 0x7FFFFFFF),
-            "tcpi_snd_cwnd": self.cc.cwnd // mss,
-            "tcpi_total_retrans": self.total_retrans,
-            "tcpi_segs_out": self.segs_out,
-            "tcpi_segs_in": self.segs_in,
-            "tcpi_data_segs_in": self.data_segs_in,
-            "tcpi_data_segs_out": self.data_segs_out,
-            "tcpi_bytes_acked": self.bytes_acked,
-            "tcpi_bytes_received": self.bytes_received,
-            "tcpi_delivered": self.delivered_segs,
-            "tcpi_notsent_bytes": self.unsent_bytes,
-            "tcpi_snd_wnd": self.snd_wnd,
-            "tcpi_reordering": self.recovery.reordering,
-            "tcpi_rcv_space": self.rcvbuf_limit,
-        }
-        out.update(rtt.as_info())
-        return out
+        """A Linux ``struct tcp_info``-like view (``tcp/info.py``)."""
+        return tcp_info(self)

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 from usertcp.wire import icmp
 from usertcp.wire.icmp import IcmpMessage
 
-from .connection import CA_LOSS, State
+from .connection import State
 from .output import IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT
+from .recovery import CA_LOSS
 
 if TYPE_CHECKING:
     from .connection import Connection

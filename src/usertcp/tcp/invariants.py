@@ -30,7 +30,8 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.connection import CA_CWR, ECN_OK, INF, SYNCHRONIZED, Connection, State
+from usertcp.tcp.connection import SYNCHRONIZED, Connection, State
+from usertcp.tcp.recovery import CA_CWR, ECN_OK, INF
 from usertcp.wire.segment import Buffer, TxPacket
 
 if TYPE_CHECKING:

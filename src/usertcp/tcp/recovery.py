@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
+
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
@@ -349,5 +351,185 @@ class Recovery:
             self.trace_ca(old, "recovery_done", c.stack.now)
         self.reno_dupacks = 0
         self.dupacks = 0
+
+    def on_ack(self, seg: Segment, ack_off: int, seg_off: int, now: float) -> None:
+        c = self.conn
+        mib = c.mib
+        rec = self
+        prior_una = c.snd_una
+        prior_in_flight = c.in_flight
+        flags = seg.flags
+        plen = len(seg.payload)
+        win = seg.window << c.snd_wscale
+        # Linux tcp_ecn_rcv_ecn_echo: the peer saw a CE mark (RFC 3168 §6.1.2).
+        ece = bool(flags & ECE) and bool(c.ecn_flags & ECN_OK)
+        if flags & CWR:
+            # Linux tcp_ecn_accept_cwr (in tcp_ack, so a pure ACK's CWR counts too): the
+            # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
+            c.ecn_flags &= ~ECN_DEMAND_CWR
+            if plen:
+                c.rx.ack_now = True
+
+        sack_new = False
+        sacked_before = rec.sacked_bytes
+        lost_before = rec.lost_bytes
+        rec.fack_prior = rec.rack_fack
+        if seg.sack_blocks and c.sack_ok:
+            sack_new = rec.process_sack(seg.sack_blocks, ack_off, now)
+        newly_sacked = max(rec.sacked_bytes - sacked_before, 0)
+
+        # RFC 9293 §3.10.7.4: window update when the segment is newer (Linux tcp_may_update_window).
+        if ack_off > c.snd_una or seg_off > c.snd_wl1 \
+                or (seg_off == c.snd_wl1 and (win > c.snd_wnd or ack_off == c.snd_wl2)):
+            if win != c.snd_wnd:
+                c.snd_wnd = win
+                if win > c.max_snd_wnd:
+                    c.max_snd_wnd = win
+            c.snd_wl1 = seg_off
+            c.snd_wl2 = ack_off
+            if win and c.timers.probe_deadline != INF:
+                c.timers.probe_deadline = INF
+                c.timers.probes_out = 0
+
+        if ack_off > c.snd_una:
+            acked = self.ack_advance(ack_off, now, seg.ts_ecr if seg.ts_val >= 0 else 0)
+            rec.dupacks = 0
+            if rec.ca_state in (CA_RECOVERY, CA_LOSS):
+                if ack_off >= rec.recover:
+                    rec.exit_recovery()
+                elif rec.ca_state == CA_RECOVERY and not c.sack_ok:
+                    # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
+                    rec.reno_dupacks = max(rec.reno_dupacks - acked // max(c.mss, 1), 0)
+                    if rec.rtx and not rec.rtx[0].lost:
+                        rec.mark_lost(rec.rtx[0])
+            elif rec.ca_state == CA_DISORDER and not rec.sacked_bytes and not rec.reno_dupacks:
+                rec.ca_state = CA_OPEN
+            elif rec.ca_state == CA_CWR and ack_off > rec.recover:
+                # Linux tcp_fastretrans_alert: CWR is held until data above high_seq is acked,
+                # so the CWR flag reached the receiver.
+                rec.end_cwr(now)
+            if ece:
+                rec.enter_cwr(now)           # before the window grows (Linux tcp_try_to_open)
+            # Without SACK, Linux counts each dupack as one segment delivered (tcp_add_reno_sack);
+            # a cumulative ACK then grows cwnd only by what those did not already count.
+            reno_credit = min(rec.reno_dupacks * c.mss, rec.acked_unsacked) if not c.sack_ok else 0
+            if rec.ca_state in (CA_DISORDER, CA_CWR) and not c.sack_ok:
+                rec.reno_dupacks = 0          # new data acked: the dupack episode is over
+                if not rec.lost_bytes and rec.ca_state == CA_DISORDER:
+                    rec.ca_state = CA_OPEN
+            if rec.sacked_bytes:
+                rec.detect_losses(now)
+            # Linux tcp_ack: tcp_fastretrans_alert runs before tcp_cong_control, so an ACK that
+            # starts fast recovery does not grow the window (and ssthresh) first.
+            starts_recovery = c.sack_ok and rec.lost_bytes and rec.ca_state in (CA_OPEN, CA_DISORDER)
+            if rec.ca_state != CA_RECOVERY and rec.ca_state != CA_CWR and not starts_recovery:
+                # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
+                # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
+                # held during fast recovery (RFC 6675 §5).
+                c.cc.on_ack(rec.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
+                               prior_in_flight,
+                               app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss
+                               and not c.unsent_bytes)
+        elif ack_off == c.snd_una and c.snd_max > c.snd_una:
+            # RFC 5681 §2 duplicate ACK: no data, no window change, data outstanding.
+            if not plen and not flags & (SYN | FIN) and (win == c.snd_wnd or sack_new):
+                rec.dupacks += 1
+                mib["UsertcpDupAcks"] += 1
+                if not c.sack_ok:
+                    if rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
+                        rec.reno_dupacks = min(rec.dupacks, rec.outstanding_segments())
+                        if rec.ca_state != CA_CWR:
+                            rec.ca_state = CA_DISORDER
+                        if rec.dupacks >= c.config.reordering and rec.rtx:
+                            rec.mark_lost(rec.rtx[0])
+                            rec.enter_recovery(now)
+                    elif rec.ca_state == CA_RECOVERY:
+                        rec.reno_dupacks = min(rec.reno_dupacks + 1, rec.outstanding_segments())
+                elif sack_new:
+                    rec.detect_losses(now)
+            elif sack_new:
+                rec.detect_losses(now)
+        if ece:
+            rec.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
+        if c.sack_ok and rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and rec.lost_bytes:
+            rec.enter_recovery(now)
+        elif c.sack_ok and rec.ca_state == CA_OPEN and rec.sacked_bytes:
+            rec.ca_state = CA_DISORDER
+        if (rec.ca_state == CA_RECOVERY and c.sack_ok) or rec.ca_state == CA_CWR:
+            rec.prr(rec.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
+                      una_advanced=ack_off > prior_una, newly_lost=rec.lost_bytes > lost_before)
+        if not plen and ack_off >= prior_una and flags == ACK:
+            mib["TcpExtTCPPureAcks"] += 1
+        if ack_off > prior_una or sack_new:
+            c.timers.tlp_deadline = INF
+            c.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+
+    def ack_advance(self, ack_off: int, now: float, ts_ecr: int = 0) -> int:
+        """SND.UNA advances to ``ack_off``: drop acknowledged data, sample RTT (RFC 6298)."""
+        c = self.conn
+        acked = ack_off - c.snd_una
+        rtx = self.rtx
+        rtt_sample: float | None = None
+        acked_unsacked = 0
+        while rtx and rtx[0].end <= ack_off:
+            r = rtx.popleft()
+            n = r.end - r.start
+            if not r.sacked:
+                acked_unsacked += n
+                self.rack_note(r, now, self.fack_prior)
+                c.delivered_segs += max(1, (n - (1 if r.fin else 0) + c.mss - 1) // max(c.mss, 1))
+            if r.sacked:
+                self.sacked_bytes -= n
+            else:
+                if r.lost:
+                    self.lost_bytes -= n
+                if r.retrans:
+                    self.retrans_bytes -= n
+            if r.tx_count == 1 and not r.sacked:
+                rtt_sample = now - r.tx_time   # Karn: only never-retransmitted segments
+        if rtx and rtx[0].start < ack_off:
+            r = rtx[0]
+            cut = ack_off - r.start
+            if r.sacked:
+                self.sacked_bytes -= cut
+            else:
+                acked_unsacked += cut
+                if r.lost:
+                    self.lost_bytes -= cut
+                if r.retrans:
+                    self.retrans_bytes -= cut
+            r.start = ack_off
+        # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
+        if ts_ecr > 0 and c.ts_ok:
+            c.ts_rtt_sample(ts_ecr, now)
+        elif rtt_sample is not None:
+            c.rtt.on_sample(max(rtt_sample, 1e-6))
+        # Release acknowledged data from the send buffer (offset 1 is data byte 0).
+        data_end = min(ack_off - 1, c.snd_buf.end)
+        if data_end > c.snd_buf.start:
+            c.snd_buf.release(data_end)
+        c.snd_una = ack_off
+        if c.snd_nxt < ack_off:
+            c.snd_nxt = ack_off
+        if ack_off > c.snd_max:
+            c.snd_max = ack_off
+        c.bytes_acked += acked
+        c.delivered += acked
+        if c.timers.tlp_high >= 0 and ack_off >= c.timers.tlp_high:
+            c.timers.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
+        # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
+        self.acked_unsacked = acked_unsacked
+        if c.on_writable is not None and data_end > 0:
+            c.on_writable(c)
+        # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
+        c.rtt.reset_backoff()
+        c.timers.retransmits = 0
+        c.timers.first_rto_time = now
+        if c.snd_una >= c.snd_max:
+            c.timers.rto_deadline = INF
+        else:
+            c.timers.rto_deadline = now + c.rtt.timeout
+        c.fin_acked(now)
+        return acked
 
     # METHODS-HERE

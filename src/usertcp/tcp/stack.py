@@ -18,12 +18,13 @@ from typing import Any
 from usertcp.tcp import fastopen, syncookies
 from usertcp.tcp.buffers import MemAccount
 from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackConfig
-from usertcp.tcp.connection import HP_MASK, INF, Connection, State
+from usertcp.tcp.connection import HP_MASK, Connection, State
 from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
 from usertcp.tcp.host import FeatureHooks
 from usertcp.tcp.icmp_errors import icmp_arrives
 from usertcp.tcp.md5sig import Md5Keys
+from usertcp.tcp.recovery import INF
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.checksum import mod_ffff
 from usertcp.wire.icmp import IPPROTO_ICMP, IPPROTO_ICMPV6, parse_icmp

@@ -45,9 +45,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.config import TFO_SERVER_ENABLE
-from usertcp.tcp.connection import ECN_OK, Connection, State, ecn_syn_acceptable
+from usertcp.tcp.connection import Connection, State, ecn_syn_acceptable
 from usertcp.tcp.cookies import tfo_cookie
 from usertcp.tcp.fastopen import TfoState
+from usertcp.tcp.recovery import ECN_OK
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import ACK, ECE, FIN, SYN, Segment
