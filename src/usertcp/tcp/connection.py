@@ -755,169 +755,179 @@ class Connection:
         return True
 
     def _synchronized_arrives(self, seg: Segment, now: float) -> None:
-        """RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states."""
+        """RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states, step by step; each
+        step returns True when it has dealt with the segment."""
         flags = seg.flags
-        st = self.state
-        mib = self.mib
         seg_off = self._rcv_off(seg.seq)
-        plen = len(seg.payload)
-        if st is State.ESTABLISHED:
-            mib["UsertcpSlowPathSegs"] += 1
+        if self.state is State.ESTABLISHED:
+            self.mib["UsertcpSlowPathSegs"] += 1
+        if self._before_sequence_check(seg, now) or self._sequence_step(seg, seg_off, now):
+            return
+        if flags & RST:
+            self._rst_step(seg_off, now)         # second
+        elif flags & SYN:
+            self._syn_step(now)                  # third is obsolete; fourth
+        elif not flags & ACK:
+            self.mib["UsertcpNoAckDrops"] += 1
+        elif not self._ack_step(seg, seg_off, now):
+            self._text_step(seg, seg_off, now)
 
-        if st is State.TIME_WAIT and flags & SYN and not flags & (RST | ACK):
+    def _before_sequence_check(self, seg: Segment, now: float) -> bool:
+        """TIME_WAIT reuse by a new SYN, then PAWS (RFC 7323 §5.3), before the sequence check."""
+        flags = seg.flags
+        if self.state is State.TIME_WAIT and flags & SYN and not flags & (RST | ACK):
             # RFC 9293 §3.10.7.4 / RFC 6191: a new SYN may reuse a TIME_WAIT pair.
             if self.stack.time_wait_reuse(self, seg, now):
-                return
-
-        # RFC 7323 §5.3: PAWS, before the sequence check.
+                return True
         if self.ts_ok and seg.ts_val >= 0 and not flags & RST:
             if seq_diff(seg.ts_val, self.ts_recent) < 0 and now - self.ts_recent_time < TS_PAWS_IDLE:
-                mib["TcpExtPAWSEstab"] += 1
+                self.mib["TcpExtPAWSEstab"] += 1
                 if self._oow_allowed(now, seg):
                     self.tx.send_ack(now)
-                return
+                return True
+        return False
 
-        # First: sequence acceptability (RFC 9293 §3.10.7.4 table).
-        seg_len = plen + (1 if flags & SYN else 0) + (1 if flags & FIN else 0)
-        wnd = self.rcv_adv - self.rcv_nxt
-        if wnd < 0:
-            wnd = 0
+    def _sequence_step(self, seg: Segment, seg_off: int, now: float) -> bool:
+        """First: sequence acceptability (RFC 9293 §3.10.7.4 table), with the handshake and
+        TIME-WAIT cases Linux handles before it."""
+        flags = seg.flags
+        st = self.state
+        plen = len(seg.payload)
         if st is State.SYN_RECEIVED and flags & SYN and not flags & ACK and seg.seq == self.irs:
             # A retransmitted SYN: answer with the SYN-ACK again (Linux inet_rtx_syn_ack).
-            mib["UsertcpSynAckRetransOnSyn"] += 1
+            self.mib["UsertcpSynAckRetransOnSyn"] += 1
             self.tx.send_syn(now)
-            return
+            return True
         if st is State.SYN_RECEIVED and not self.passive and flags & SYN and flags & ACK \
                 and seg.seq == self.irs and self._snd_off(seg.ack) == self.snd_max:
             # Simultaneous open (RFC 9293 Figure 8, line 6): the peer's SYN-ACK completes it.
             # Linux tcp_validate_incoming lets exactly this SYN pass.
             self._establish_passive(seg, self.snd_max, now)
-            return
+            return True
         if st is State.TIME_WAIT and flags & FIN and not flags & (SYN | RST) \
                 and seg_off + plen + 1 == self.rcv_nxt:
             # RFC 9293 §3.10.7.4 eighth: a retransmitted FIN in TIME-WAIT is ACKed and
             # restarts the 2 MSL timeout.
             self.tx.send_ack(now)
             self.timers.time_wait_deadline = now + self.config.time_wait
-            return
-        acceptable = self._acceptable(seg_off, seg_len, wnd)
-        if not acceptable:
-            if flags & RST:
-                return
-            if st is State.SYN_RECEIVED and flags & SYN:
-                self._challenge_ack(now)
-                return
-            mib["UsertcpOutOfWindow"] += 1
-            if seg_off < self.rcv_nxt and plen:
-                mib["TcpExtTCPDSACKOldSent" if self.sack_ok and self.config.dsack else "UsertcpDupData"] += 1
-                if self.sack_ok and self.config.dsack:
-                    end = min(seg_off + plen, self.rcv_nxt)
-                    self.rx.dsack = (seg_off, end)
-            if self._oow_allowed(now, seg):
-                self.tx.send_ack(now)
-            else:
-                mib["TcpExtTCPACKSkippedSeq"] += 1
-            return
-
-        # Second: RST (RFC 5961 §3.2).
+            return True
+        seg_len = plen + (1 if flags & SYN else 0) + (1 if flags & FIN else 0)
+        if self._acceptable(seg_off, seg_len, max(self.rcv_adv - self.rcv_nxt, 0)):
+            return False
         if flags & RST:
-            if seg_off == self.rcv_nxt or (wnd == 0 and seg_off == self.rcv_nxt):
-                if st is State.SYN_RECEIVED and self.passive:
-                    self.stack.forget_embryonic(self)
-                    self.error = errno.ECONNRESET   # only a fast-open child is visible to an app
-                    self._close_now(now)
-                    return
-                if st is State.TIME_WAIT:
-                    # RFC 1337: ignore RSTs in TIME_WAIT (Linux does the same by default? no:
-                    # Linux tcp_rfc1337=0 kills the TIME_WAIT); follow Linux.
-                    self._close_now(now)
-                    return
-                self._reset_by_peer(now)
-            else:
-                self._challenge_ack(now)
-            return
+            return True
+        if st is State.SYN_RECEIVED and flags & SYN:
+            self._challenge_ack(now)
+            return True
+        mib = self.mib
+        mib["UsertcpOutOfWindow"] += 1
+        if seg_off < self.rcv_nxt and plen:
+            dsack = self.sack_ok and self.config.dsack
+            mib["TcpExtTCPDSACKOldSent" if dsack else "UsertcpDupData"] += 1
+            if dsack:
+                self.rx.dsack = (seg_off, min(seg_off + plen, self.rcv_nxt))
+        if self._oow_allowed(now, seg):
+            self.tx.send_ack(now)
+        else:
+            mib["TcpExtTCPACKSkippedSeq"] += 1
+        return True
 
-        # Third: security/precedence is obsolete. Fourth: SYN (RFC 5961 §4).
-        if flags & SYN:
-            if st is State.SYN_RECEIVED and self.passive:
-                self.stack.forget_embryonic(self)
-                self.tx.send_rst(now)
-                self._close_now(now)
-                return
+    def _rst_step(self, seg_off: int, now: float) -> None:
+        """Second: RST (RFC 5961 §3.2): exactly RCV.NXT resets, elsewhere in the window challenges."""
+        if seg_off != self.rcv_nxt:
             self._challenge_ack(now)
             return
+        st = self.state
+        if st is State.SYN_RECEIVED and self.passive:
+            self.stack.forget_embryonic(self)
+            self.error = errno.ECONNRESET   # only a fast-open child is visible to an app
+            self._close_now(now)
+        elif st is State.TIME_WAIT:
+            # Linux tcp_rfc1337=0: a reset kills the TIME_WAIT (RFC 1337 would ignore it).
+            self._close_now(now)
+        else:
+            self._reset_by_peer(now)
 
-        # Fifth: ACK.
-        if not flags & ACK:
-            mib["UsertcpNoAckDrops"] += 1
+    def _syn_step(self, now: float) -> None:
+        """Fourth: a SYN in a synchronized state (RFC 5961 §4): challenge ACK; a passive
+        SYN-RECEIVED child is reset instead (Linux tcp_check_req)."""
+        if self.state is State.SYN_RECEIVED and self.passive:
+            self.stack.forget_embryonic(self)
+            self.tx.send_rst(now)
+            self._close_now(now)
             return
+        self._challenge_ack(now)
+
+    def _ack_step(self, seg: Segment, seg_off: int, now: float) -> bool:
+        """Fifth: the ACK field (RFC 9293 §3.10.7.4, RFC 5961 §5.2)."""
         ack_off = self._snd_off(seg.ack)
-        if st is State.SYN_RECEIVED:
-            if not (self.snd_una < ack_off <= self.snd_max):
-                # RFC 9293: unacceptable ACK in SYN-RECEIVED -> RST with seq = SEG.ACK.
-                self.stack.send_reset_for(seg, now)
-                return
-            lst = self.listener
-            if (self.passive and lst is not None and not lst.closed and self not in lst.tfo_children
-                    and len(lst.accept_queue) >= lst.backlog):
-                # Linux tcp_check_req/syn_recv_sock: with the accept queue full the 3rd ACK is
-                # dropped (the SYN-ACK timer tries again later), or reset with abort_on_overflow.
-                mib["TcpExtListenOverflows"] += 1
-                mib["TcpExtListenDrops"] += 1
-                if self.config.abort_on_overflow:
-                    self.stack.forget_embryonic(self)
-                    self.stack.send_reset_for(seg, now)
-                    self._close_now(now)
-                return
-            self._establish_passive(seg, ack_off, now)
-            st = self.state
-            if st is State.CLOSED:
-                return
+        if self.state is State.SYN_RECEIVED:
+            if self._syn_received_ack(seg, ack_off, now):
+                return True
         if ack_off > self.snd_max:
             # RFC 9293 / RFC 5961 §5.2: an ACK for data never sent.
-            mib["UsertcpAckUnsent"] += 1
+            self.mib["UsertcpAckUnsent"] += 1
             if self._oow_allowed(now):
                 self.tx.send_ack(now)
-            return
+            return True
         if ack_off < self.snd_una - self.max_snd_wnd:
             self._challenge_ack(now)
-            return
-
+            return True
         # RFC 7323 §4.3: update ts_recent for a segment that covers last_ack_sent.
         if self.ts_ok and seg.ts_val >= 0 and seg_off <= self.last_ack_sent \
                 and seq_diff(seg.ts_val, self.ts_recent) >= 0:
             self.ts_recent = seg.ts_val
             self.ts_recent_time = now
-
         self.recovery.on_ack(seg, ack_off, seg_off, now)
         st = self.state
-        if st is State.CLOSED:
-            return
-        if st is State.TIME_WAIT:
-            if flags & FIN:
-                # A retransmitted FIN: ACK it and restart the 2 MSL timer (RFC 9293 §3.10.7.4).
-                self.tx.send_ack(now)
-                self.timers.time_wait_deadline = now + self.config.time_wait
-            return
+        if st is State.TIME_WAIT and seg.flags & FIN:
+            # A retransmitted FIN: ACK it and restart the 2 MSL timer (RFC 9293 §3.10.7.4).
+            self.tx.send_ack(now)
+            self.timers.time_wait_deadline = now + self.config.time_wait
+        return st is State.CLOSED or st is State.TIME_WAIT
 
-        # Sixth: URG. Urgent data is delivered inline (RFC 6093); only count it.
+    def _syn_received_ack(self, seg: Segment, ack_off: int, now: float) -> bool:
+        """The ACK completing a handshake; True if the segment is dealt with (dropped, reset)."""
+        if not (self.snd_una < ack_off <= self.snd_max):
+            # RFC 9293: unacceptable ACK in SYN-RECEIVED -> RST with seq = SEG.ACK.
+            self.stack.send_reset_for(seg, now)
+            return True
+        lst = self.listener
+        if (self.passive and lst is not None and not lst.closed and self not in lst.tfo_children
+                and len(lst.accept_queue) >= lst.backlog):
+            # Linux tcp_check_req/syn_recv_sock: with the accept queue full the 3rd ACK is
+            # dropped (the SYN-ACK timer tries again later), or reset with abort_on_overflow.
+            self.mib["TcpExtListenOverflows"] += 1
+            self.mib["TcpExtListenDrops"] += 1
+            if self.config.abort_on_overflow:
+                self.stack.forget_embryonic(self)
+                self.stack.send_reset_for(seg, now)
+                self._close_now(now)
+            return True
+        self._establish_passive(seg, ack_off, now)
+        return self.state is State.CLOSED
+
+    def _text_step(self, seg: Segment, seg_off: int, now: float) -> None:
+        """Sixth (URG), seventh (data) and eighth (FIN) steps."""
+        mib = self.mib
+        flags = seg.flags
+        plen = len(seg.payload)
         if flags & URG:
-            mib["UsertcpUrgentSegs"] += 1
-
-        # Seventh and eighth: data and FIN.
-        if plen or flags & FIN:
-            if st in RECEIVING:
-                if self.closed_by_app and plen and seg_off + plen > self.rcv_nxt:
-                    # Linux: data for a closed (orphaned) socket resets it (TCPAbortOnData).
-                    # The reset is built from the segment, as for no socket (Linux tcp_done, then
-                    # tcp_v4_send_reset: SEQ = SEG.ACK).
-                    mib["TcpExtTCPAbortOnData"] += 1
-                    self._close_now(now)
-                    self.stack.send_reset_for(seg, now, self.md5_key)
-                    return
-                self.rx.data_arrives(seg, seg_off, now)
-            elif plen:
+            mib["UsertcpUrgentSegs"] += 1     # urgent data is delivered inline (RFC 6093)
+        if not plen and not flags & FIN:
+            return
+        if self.state not in RECEIVING:
+            if plen:
                 mib["UsertcpDataAfterFin"] += 1
+            return
+        if self.closed_by_app and plen and seg_off + plen > self.rcv_nxt:
+            # Linux: data for a closed (orphaned) socket resets it (TCPAbortOnData). The reset
+            # is built from the segment, as for no socket (tcp_done, then tcp_v4_send_reset).
+            mib["TcpExtTCPAbortOnData"] += 1
+            self._close_now(now)
+            self.stack.send_reset_for(seg, now, self.md5_key)
+            return
+        self.rx.data_arrives(seg, seg_off, now)
 
     def _acceptable(self, seg_off: int, seg_len: int, wnd: int) -> bool:
         """RFC 9293 §3.10.7.4, the four cases of the acceptability test."""
