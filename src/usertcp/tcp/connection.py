@@ -138,8 +138,13 @@ class Connection:
         self.recovery = Recovery(self, cfg.reordering)
         self.tx = Output(self)
         self.rx = Receive(self, cfg.quickack_segments)
+        self._init_send_space(cfg)
+        self._init_receive_space(cfg)
+        self._init_options(cfg)
+        self._init_statistics()
 
-        # Send sequence space, as offsets from ISS (§3.3.1).
+    def _init_send_space(self, cfg: StackConfig) -> None:
+        """Send sequence space, as offsets from ISS (RFC 9293 §3.3.1), and the send buffer."""
         self.iss = 0
         self.snd_una = 0
         self.snd_nxt = 0
@@ -149,7 +154,7 @@ class Connection:
         self.snd_wl1 = 0               # offset in the *receive* space of the last window update
         self.snd_wl2 = 0
         self.fin_queued = False        # FIN to send after the data
-        self.snd_buf = SendBuffer(stack.mem)
+        self.snd_buf = SendBuffer(self.stack.mem)
         self.sndbuf_limit = cfg.wmem[1]    # sk_sndbuf: bound on snd_buf.wmem_queued (skb truesize)
         self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
@@ -157,11 +162,12 @@ class Connection:
         self.total_retrans = 0
         self.syn_retries = 0
 
-        # Receive sequence space.
+    def _init_receive_space(self, cfg: StackConfig) -> None:
+        """Receive sequence space, the receive buffer and the reassembly queue."""
         self.irs = 0
         self.rcv_nxt = 0               # offset from IRS
         self.rcv_adv = 0               # right edge of the window we advertised (offset)
-        self.rcv_buf = RecvBuffer(stack.mem)
+        self.rcv_buf = RecvBuffer(self.stack.mem)
         self.rcvbuf_limit = cfg.rmem[1]
         self.ooo = ReassemblyQueue(max_segments=cfg.reassembly_max_segments,
                                    max_bytes=max(cfg.rmem[2], self.rcvbuf_limit))
@@ -170,11 +176,11 @@ class Connection:
         self.rcv_ssthresh = min(self.rcvbuf_limit, MAX_WINDOW)   # Linux tp->rcv_ssthresh
         self.last_rcv_time = 0.0
         self.last_snd_time = 0.0
-        # RACK-TLP (RFC 8985), Linux's default loss detection for SACK connections.
         self.accepted = False          # handed to the application by accept()
         self.rcv_mss = 536
 
-        # Options negotiated at the handshake.
+    def _init_options(self, cfg: StackConfig) -> None:
+        """Options negotiated at the handshake, then socket options."""
         self.snd_wscale = 0
         self.rcv_wscale = cfg.rcv_wscale if cfg.window_scaling else 0
         self.ws_ok = False
@@ -201,9 +207,11 @@ class Connection:
         self.linger_zero = False
         self.tos = 0                   # IP_TOS for every packet of this connection
         self.oow_last = -INF           # last out-of-window ACK we sent (rate limit)
-
         self.rtt = RttEstimator(rto_initial=cfg.rto_initial, rto_min=cfg.rto_min, rto_max=cfg.rto_max)
         self.cc: CongestionControl = create_congestion_control(cfg.congestion_control, 536)
+
+    def _init_statistics(self) -> None:
+        """tcp_info counters, feature state and the callbacks of event-driven users."""
         self.delivered = 0
         self.delivered_segs = 0        # Linux tp->delivered: packets, the SYN(-ACK) included
         self.bytes_acked = 0
@@ -928,6 +936,20 @@ class Connection:
             self.stack.send_reset_for(seg, now, self.md5_key)
             return
         self.rx.data_arrives(seg, seg_off, now)
+
+    def update_send_window(self, seg_off: int, ack_off: int, win: int) -> None:
+        """RFC 9293 §3.10.7.4: take the window from a newer segment (Linux tcp_may_update_window)."""
+        if ack_off > self.snd_una or seg_off > self.snd_wl1 \
+                or (seg_off == self.snd_wl1 and (win > self.snd_wnd or ack_off == self.snd_wl2)):
+            if win != self.snd_wnd:
+                self.snd_wnd = win
+                if win > self.max_snd_wnd:
+                    self.max_snd_wnd = win
+            self.snd_wl1 = seg_off
+            self.snd_wl2 = ack_off
+            if win and self.timers.probe_deadline != INF:
+                self.timers.probe_deadline = INF
+                self.timers.probes_out = 0
 
     def _acceptable(self, seg_off: int, seg_len: int, wnd: int) -> bool:
         """RFC 9293 §3.10.7.4, the four cases of the acceptability test."""

@@ -353,9 +353,9 @@ class Recovery:
         self.dupacks = 0
 
     def on_ack(self, seg: Segment, ack_off: int, seg_off: int, now: float) -> None:
+        """RFC 9293 §3.10.7.4 fifth step for an acceptable ACK (Linux tcp_ack): SACK blocks,
+        the send window, then a cumulative advance or a duplicate ACK, and the recovery state."""
         c = self.conn
-        mib = c.mib
-        rec = self
         prior_una = c.snd_una
         prior_in_flight = c.in_flight
         flags = seg.flags
@@ -369,100 +369,98 @@ class Recovery:
             c.ecn_flags &= ~ECN_DEMAND_CWR
             if plen:
                 c.rx.ack_now = True
-
         sack_new = False
-        sacked_before = rec.sacked_bytes
-        lost_before = rec.lost_bytes
-        rec.fack_prior = rec.rack_fack
+        sacked_before = self.sacked_bytes
+        lost_before = self.lost_bytes
+        self.fack_prior = self.rack_fack
         if seg.sack_blocks and c.sack_ok:
-            sack_new = rec.process_sack(seg.sack_blocks, ack_off, now)
-        newly_sacked = max(rec.sacked_bytes - sacked_before, 0)
-
-        # RFC 9293 §3.10.7.4: window update when the segment is newer (Linux tcp_may_update_window).
-        if ack_off > c.snd_una or seg_off > c.snd_wl1 \
-                or (seg_off == c.snd_wl1 and (win > c.snd_wnd or ack_off == c.snd_wl2)):
-            if win != c.snd_wnd:
-                c.snd_wnd = win
-                if win > c.max_snd_wnd:
-                    c.max_snd_wnd = win
-            c.snd_wl1 = seg_off
-            c.snd_wl2 = ack_off
-            if win and c.timers.probe_deadline != INF:
-                c.timers.probe_deadline = INF
-                c.timers.probes_out = 0
-
+            sack_new = self.process_sack(seg.sack_blocks, ack_off, now)
+        newly_sacked = max(self.sacked_bytes - sacked_before, 0)
+        c.update_send_window(seg_off, ack_off, win)
         if ack_off > c.snd_una:
-            acked = self.ack_advance(ack_off, now, seg.ts_ecr if seg.ts_val >= 0 else 0)
-            rec.dupacks = 0
-            if rec.ca_state in (CA_RECOVERY, CA_LOSS):
-                if ack_off >= rec.recover:
-                    rec.exit_recovery()
-                elif rec.ca_state == CA_RECOVERY and not c.sack_ok:
-                    # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
-                    rec.reno_dupacks = max(rec.reno_dupacks - acked // max(c.mss, 1), 0)
-                    if rec.rtx and not rec.rtx[0].lost:
-                        rec.mark_lost(rec.rtx[0])
-            elif rec.ca_state == CA_DISORDER and not rec.sacked_bytes and not rec.reno_dupacks:
-                rec.ca_state = CA_OPEN
-            elif rec.ca_state == CA_CWR and ack_off > rec.recover:
-                # Linux tcp_fastretrans_alert: CWR is held until data above high_seq is acked,
-                # so the CWR flag reached the receiver.
-                rec.end_cwr(now)
-            if ece:
-                rec.enter_cwr(now)           # before the window grows (Linux tcp_try_to_open)
-            # Without SACK, Linux counts each dupack as one segment delivered (tcp_add_reno_sack);
-            # a cumulative ACK then grows cwnd only by what those did not already count.
-            reno_credit = min(rec.reno_dupacks * c.mss, rec.acked_unsacked) if not c.sack_ok else 0
-            if rec.ca_state in (CA_DISORDER, CA_CWR) and not c.sack_ok:
-                rec.reno_dupacks = 0          # new data acked: the dupack episode is over
-                if not rec.lost_bytes and rec.ca_state == CA_DISORDER:
-                    rec.ca_state = CA_OPEN
-            if rec.sacked_bytes:
-                rec.detect_losses(now)
-            # Linux tcp_ack: tcp_fastretrans_alert runs before tcp_cong_control, so an ACK that
-            # starts fast recovery does not grow the window (and ssthresh) first.
-            starts_recovery = c.sack_ok and rec.lost_bytes and rec.ca_state in (CA_OPEN, CA_DISORDER)
-            if rec.ca_state != CA_RECOVERY and rec.ca_state != CA_CWR and not starts_recovery:
-                # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
-                # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
-                # held during fast recovery (RFC 6675 §5).
-                c.cc.on_ack(rec.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
-                               prior_in_flight,
-                               app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss
-                               and not c.unsent_bytes)
+            self._cumulative_ack(ack_off, seg, ece, newly_sacked, prior_in_flight, now)
         elif ack_off == c.snd_una and c.snd_max > c.snd_una:
             # RFC 5681 §2 duplicate ACK: no data, no window change, data outstanding.
             if not plen and not flags & (SYN | FIN) and (win == c.snd_wnd or sack_new):
-                rec.dupacks += 1
-                mib["UsertcpDupAcks"] += 1
-                if not c.sack_ok:
-                    if rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
-                        rec.reno_dupacks = min(rec.dupacks, rec.outstanding_segments())
-                        if rec.ca_state != CA_CWR:
-                            rec.ca_state = CA_DISORDER
-                        if rec.dupacks >= c.config.reordering and rec.rtx:
-                            rec.mark_lost(rec.rtx[0])
-                            rec.enter_recovery(now)
-                    elif rec.ca_state == CA_RECOVERY:
-                        rec.reno_dupacks = min(rec.reno_dupacks + 1, rec.outstanding_segments())
-                elif sack_new:
-                    rec.detect_losses(now)
+                self._duplicate_ack(sack_new, now)
             elif sack_new:
-                rec.detect_losses(now)
+                self.detect_losses(now)
         if ece:
-            rec.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
-        if c.sack_ok and rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and rec.lost_bytes:
-            rec.enter_recovery(now)
-        elif c.sack_ok and rec.ca_state == CA_OPEN and rec.sacked_bytes:
-            rec.ca_state = CA_DISORDER
-        if (rec.ca_state == CA_RECOVERY and c.sack_ok) or rec.ca_state == CA_CWR:
-            rec.prr(rec.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
-                      una_advanced=ack_off > prior_una, newly_lost=rec.lost_bytes > lost_before)
+            self.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
+        if c.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
+            self.enter_recovery(now)
+        elif c.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
+            self.ca_state = CA_DISORDER
+        if (self.ca_state == CA_RECOVERY and c.sack_ok) or self.ca_state == CA_CWR:
+            self.prr(self.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
+                     una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
         if not plen and ack_off >= prior_una and flags == ACK:
-            mib["TcpExtTCPPureAcks"] += 1
+            c.mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
             c.timers.tlp_deadline = INF
             c.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+
+    def _cumulative_ack(self, ack_off: int, seg: Segment, ece: bool, newly_sacked: int,
+                        prior_in_flight: int, now: float) -> None:
+        """SND.UNA advances: leave recovery or CWR when the point is passed, then grow cwnd."""
+        c = self.conn
+        acked = self.ack_advance(ack_off, now, seg.ts_ecr if seg.ts_val >= 0 else 0)
+        self.dupacks = 0
+        if self.ca_state in (CA_RECOVERY, CA_LOSS):
+            if ack_off >= self.recover:
+                self.exit_recovery()
+            elif self.ca_state == CA_RECOVERY and not c.sack_ok:
+                # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
+                self.reno_dupacks = max(self.reno_dupacks - acked // max(c.mss, 1), 0)
+                if self.rtx and not self.rtx[0].lost:
+                    self.mark_lost(self.rtx[0])
+        elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
+            self.ca_state = CA_OPEN
+        elif self.ca_state == CA_CWR and ack_off > self.recover:
+            # Linux tcp_fastretrans_alert: CWR is held until data above high_seq is acked,
+            # so the CWR flag reached the receiver.
+            self.end_cwr(now)
+        if ece:
+            self.enter_cwr(now)           # before the window grows (Linux tcp_try_to_open)
+        # Without SACK, Linux counts each dupack as one segment delivered (tcp_add_reno_sack);
+        # a cumulative ACK then grows cwnd only by what those did not already count.
+        reno_credit = min(self.reno_dupacks * c.mss, self.acked_unsacked) if not c.sack_ok else 0
+        if self.ca_state in (CA_DISORDER, CA_CWR) and not c.sack_ok:
+            self.reno_dupacks = 0          # new data acked: the dupack episode is over
+            if not self.lost_bytes and self.ca_state == CA_DISORDER:
+                self.ca_state = CA_OPEN
+        if self.sacked_bytes:
+            self.detect_losses(now)
+        # Linux tcp_ack: tcp_fastretrans_alert runs before tcp_cong_control, so an ACK that
+        # starts fast recovery does not grow the window (and ssthresh) first.
+        starts_recovery = c.sack_ok and self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER)
+        if self.ca_state != CA_RECOVERY and self.ca_state != CA_CWR and not starts_recovery:
+            # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
+            # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
+            # held during fast recovery (RFC 6675 §5).
+            c.cc.on_ack(self.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
+                        prior_in_flight,
+                        app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+
+    def _duplicate_ack(self, sack_new: bool, now: float) -> None:
+        """RFC 5681 §2 duplicate ACK: NewReno dupack counting without SACK (RFC 6582), loss
+        detection with it."""
+        c = self.conn
+        self.dupacks += 1
+        c.mib["UsertcpDupAcks"] += 1
+        if c.sack_ok:
+            if sack_new:
+                self.detect_losses(now)
+            return
+        if self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
+            self.reno_dupacks = min(self.dupacks, self.outstanding_segments())
+            if self.ca_state != CA_CWR:
+                self.ca_state = CA_DISORDER
+            if self.dupacks >= c.config.reordering and self.rtx:
+                self.mark_lost(self.rtx[0])
+                self.enter_recovery(now)
+        elif self.ca_state == CA_RECOVERY:
+            self.reno_dupacks = min(self.reno_dupacks + 1, self.outstanding_segments())
 
     def ack_advance(self, ack_off: int, now: float, ts_ecr: int = 0) -> int:
         """SND.UNA advances to ``ack_off``: drop acknowledged data, sample RTT (RFC 6298)."""
