@@ -79,9 +79,6 @@ if TYPE_CHECKING:
     from usertcp.tcp.stack import Listener
 
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
-MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
-SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
-SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
 
 
 # Header prediction (Linux pred_flags): the 4th header word with the reserved bits, AE and
@@ -319,27 +316,6 @@ class Connection:
             self.sock_nospace = False
             self.sk_wakeups += 1
 
-    def _check_space(self) -> None:
-        """Linux tcp_check_space()/tcp_new_space(), after an ACK was processed: with a writer
-        waiting, grow an unlocked send buffer to the congestion window, then wake it."""
-        if not self.sock_nospace:
-            return
-        mem = self.stack.mem
-        if (not self.sndbuf_locked and self.in_flight < self.cc.cwnd
-                and not (mem.limit and mem.used >= mem.limit)):
-            self._sndbuf_expand()       # tcp_should_expand_sndbuf()
-        self.write_space()
-
-    def _sndbuf_expand(self) -> None:
-        """Linux tcp_sndbuf_expand(): room for two windows of worst-case skbs (one per MSS,
-        power-of-two heads) of max(IW10, cwnd, reordering + 1) segments, up to tcp_wmem[2]."""
-        per_mss = max(self.peer_mss, self.mss) + MAX_TCP_HEADER + SKB_SHINFO_SIZE
-        per_mss = (1 << (per_mss - 1).bit_length()) + SK_BUFF_SIZE
-        nr_segs = max(10, self.cc.cwnd // max(self.mss, 1), self.recovery.reordering + 1)
-        sndmem = 2 * nr_segs * per_mss
-        if self.sndbuf_limit < sndmem:
-            self.sndbuf_limit = min(sndmem, self.config.wmem[2])
-
     @property
     def is_synchronized(self) -> bool:
         return self.state in SYNCHRONIZED
@@ -362,7 +338,7 @@ class Connection:
         if effects & Effect.OPENED:
             self.mib["TcpActiveOpens" if not self.passive else "TcpPassiveOpens"] += 1
             if not self.sndbuf_locked:
-                self._sndbuf_expand()    # tcp_init_buffer_space()
+                self.tx.sndbuf_expand()    # tcp_init_buffer_space()
             self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
         elif effects & Effect.ATTEMPT_FAILED:
             self.mib["TcpAttemptFails"] += 1
@@ -452,55 +428,8 @@ class Connection:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        buf = self.snd_buf
-        total = len(data)
-        mem = self.stack.mem
-        view = data if isinstance(data, memoryview) else memoryview(data)
-        owned = isinstance(data, bytes)
-        goal = self.tx.size_goal()
-        copied = 0
-        while copied < total:
-            copy = buf.tail_room(goal)
-            new_skb = copy <= 0
-            if new_skb:
-                if not self.memory_free:
-                    self.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
-                    break
-                copy = goal
-            copy = min(copy, total - copied, mem.room())
-            if copy <= 0:
-                self.mib["UsertcpSendMemLimited"] += 1
-                break
-            if owned:
-                chunk: Buffer = data if copy == total else view[copied:copied + copy]
-            else:
-                chunk = bytes(view[copied:copied + copy])   # the caller may reuse a mutable buffer
-            buf.append(chunk, new_skb=new_skb)
-            copied += copy
-            if copied < total and self.is_synchronized and buf.tail_room(goal) == 0:
-                # A full skb with more to copy: forced_push() marks PSH and pushes every
-                # half max window, else tcp_push_one() sends it when it is the send head.
-                forced = buf.end - self.tx.push_end > self.max_snd_wnd >> 1
-                if forced:
-                    self.tx.push_end = buf.end
-                if forced or buf.tail_is_send_head():
-                    self.tx.mid_write = True
-                    self.tx.more_pending = more
-                    self.tx.xmit_budget = -1 if forced else self.tx.tso_bytes()
-                    self.tx.run(now)
-                    self.tx.xmit_budget = -1
-                    self.tx.mid_write = self.tx.more_pending = False
-                    goal = self.tx.size_goal()
-        if copied <= 0:
-            return 0
-        if not more:
-            self.tx.push_end = buf.end
-        if self.is_synchronized:
-            # MSG_MORE holds a partial segment for this call's push only (Linux tcp_push with
-            # TCP_NAGLE_CORK); a later ACK-clocked transmission sends it as Nagle allows.
-            self.tx.more_pending = more
-            self.tx.run(now)
-            self.tx.more_pending = False
+        copied = self.tx.write(data, now, more)
+        if copied and self.is_synchronized:
             self._schedule()      # the stack must learn the retransmission deadline
         return copied
 
@@ -675,7 +604,7 @@ class Connection:
             self._synchronized_arrives(seg, now)
         if self.state is not State.CLOSED:
             self.tx.run(now)
-            self._check_space()
+            self.tx.check_space()
         self._schedule()
 
     def _syn_sent_arrives(self, seg: Segment, now: float) -> None:
@@ -1037,30 +966,6 @@ class Connection:
             self.pred_flags = (hdr_len >> 2) << 28 | ACK << 16 | window if window <= 0xFFFF else 0
         else:
             self.pred_flags = 0
-
-    def fast_ack(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
-        """Predicted pure ACK of new data: the slow path's effects for exactly this case."""
-        self.segs_in += 1
-        seg_off = self.rcv_nxt
-        if ts_val >= 0 and seg_off <= self.last_ack_sent and not (ts_val - self.ts_recent) & 0x80000000:
-            self.ts_recent = ts_val
-            self.ts_recent_time = now
-        prior_in_flight = self.in_flight
-        self.snd_wl1 = seg_off
-        self.snd_wl2 = ack_off
-        if self.snd_wnd and self.timers.probe_deadline != INF:
-            self.timers.probe_deadline = INF
-            self.timers.probes_out = 0
-        self.recovery.ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
-        self.recovery.dupacks = 0
-        self.timers.tlp_deadline = INF
-        self.timers.arm_tlp(now)
-        self.cc.on_ack(self.recovery.acked_unsacked, now, self.rtt.latest_rtt, prior_in_flight,
-                       app_limited=prior_in_flight < self.cc.cwnd - 2 * self.mss and not self.unsent_bytes)
-        if self.state is not State.CLOSED:
-            self.tx.run(now)
-            self._check_space()
-        self._schedule()
 
     def output(self, now: float) -> None:
         """Send what the windows allow (see ``tcp/output.py``)."""

@@ -25,7 +25,7 @@ from usertcp.tcp.recovery import (
 from usertcp.tcp.seq import SEQ_MASK
 from usertcp.tcp.states import SYNCHRONIZED, State
 from usertcp.wire.packet import build_packet
-from usertcp.wire.segment import ACK, CWR, ECE, ECN_ECT0, FIN, PSH, RST, SYN, Segment
+from usertcp.wire.segment import ACK, CWR, ECE, ECN_ECT0, FIN, PSH, RST, SYN, Buffer, Segment
 from usertcp.wire.tcp import encode_options
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ IP_PMTUDISC_DONT, IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE = 0, 1, 2,
 _DF_MODES = (IP_PMTUDISC_WANT, IP_PMTUDISC_DO)
 MAX_WINDOW = 65535
 GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
+MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
+SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
+SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
 
 
 class Output:
@@ -476,5 +479,83 @@ class Output:
         if c.last_rcv_time and now - c.last_rcv_time < c.config.delack_min:
             c.rx.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
         return True
+
+    def check_space(self) -> None:
+        """Linux tcp_check_space()/tcp_new_space(), after an ACK was processed: with a writer
+        waiting, grow an unlocked send buffer to the congestion window, then wake it."""
+        c = self.conn
+        if not c.sock_nospace:
+            return
+        mem = c.stack.mem
+        if (not c.sndbuf_locked and c.in_flight < c.cc.cwnd
+                and not (mem.limit and mem.used >= mem.limit)):
+            self.sndbuf_expand()       # tcp_should_expand_sndbuf()
+        c.write_space()
+
+    def sndbuf_expand(self) -> None:
+        """Linux tcp_sndbuf_expand(): room for two windows of worst-case skbs (one per MSS,
+        power-of-two heads) of max(IW10, cwnd, reordering + 1) segments, up to tcp_wmem[2]."""
+        c = self.conn
+        per_mss = max(c.peer_mss, c.mss) + MAX_TCP_HEADER + SKB_SHINFO_SIZE
+        per_mss = (1 << (per_mss - 1).bit_length()) + SK_BUFF_SIZE
+        nr_segs = max(10, c.cc.cwnd // max(c.mss, 1), c.recovery.reordering + 1)
+        sndmem = 2 * nr_segs * per_mss
+        if c.sndbuf_limit < sndmem:
+            c.sndbuf_limit = min(sndmem, c.config.wmem[2])
+
+    def write(self, data: Buffer, now: float, more: bool) -> int:
+        """Copy ``data`` into the send buffer skb by skb (Linux tcp_sendmsg_locked), pushing
+        full skbs as Linux does (forced_push, tcp_push_one) and the rest at the end."""
+        c = self.conn
+        buf = c.snd_buf
+        total = len(data)
+        mem = c.stack.mem
+        view = data if isinstance(data, memoryview) else memoryview(data)
+        owned = isinstance(data, bytes)
+        goal = self.size_goal()
+        copied = 0
+        while copied < total:
+            copy = buf.tail_room(goal)
+            new_skb = copy <= 0
+            if new_skb:
+                if not c.memory_free:
+                    c.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
+                    break
+                copy = goal
+            copy = min(copy, total - copied, mem.room())
+            if copy <= 0:
+                c.mib["UsertcpSendMemLimited"] += 1
+                break
+            if owned:
+                chunk: Buffer = data if copy == total else view[copied:copied + copy]
+            else:
+                chunk = bytes(view[copied:copied + copy])   # the caller may reuse a mutable buffer
+            buf.append(chunk, new_skb=new_skb)
+            copied += copy
+            if copied < total and c.is_synchronized and buf.tail_room(goal) == 0:
+                # A full skb with more to copy: forced_push() marks PSH and pushes every
+                # half max window, else tcp_push_one() sends it when it is the send head.
+                forced = buf.end - self.push_end > c.max_snd_wnd >> 1
+                if forced:
+                    self.push_end = buf.end
+                if forced or buf.tail_is_send_head():
+                    self.mid_write = True
+                    self.more_pending = more
+                    self.xmit_budget = -1 if forced else self.tso_bytes()
+                    self.run(now)
+                    self.xmit_budget = -1
+                    self.mid_write = self.more_pending = False
+                    goal = self.size_goal()
+        if copied <= 0:
+            return 0
+        if not more:
+            self.push_end = buf.end
+        if c.is_synchronized:
+            # MSG_MORE holds a partial segment for this call's push only (Linux tcp_push with
+            # TCP_NAGLE_CORK); a later ACK-clocked transmission sends it as Nagle allows.
+            self.more_pending = more
+            self.run(now)
+            self.more_pending = False
+        return copied
 
     # METHODS-HERE

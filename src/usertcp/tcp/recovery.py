@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.states import State
 from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
 
 if TYPE_CHECKING:
@@ -529,5 +530,30 @@ class Recovery:
             c.timers.rto_deadline = now + c.rtt.timeout
         c.fin_acked(now)
         return acked
+
+    def fast_ack(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
+        """Predicted pure ACK of new data: the slow path's effects for exactly this case."""
+        c = self.conn
+        c.segs_in += 1
+        seg_off = c.rcv_nxt
+        if ts_val >= 0 and seg_off <= c.last_ack_sent and not (ts_val - c.ts_recent) & 0x80000000:
+            c.ts_recent = ts_val
+            c.ts_recent_time = now
+        prior_in_flight = c.in_flight
+        c.snd_wl1 = seg_off
+        c.snd_wl2 = ack_off
+        if c.snd_wnd and c.timers.probe_deadline != INF:
+            c.timers.probe_deadline = INF
+            c.timers.probes_out = 0
+        self.ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
+        self.dupacks = 0
+        c.timers.tlp_deadline = INF
+        c.timers.arm_tlp(now)
+        c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
+                       app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+        if c.state is not State.CLOSED:
+            c.tx.run(now)
+            c.tx.check_space()
+        c._schedule()
 
     # METHODS-HERE

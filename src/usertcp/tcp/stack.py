@@ -330,7 +330,7 @@ class Stack:
             self.counters.table["TcpInSegs"] += 1
             self.counters.table[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
             self.counters.table["TcpExtTCPHPAcks"] += 1
-            conn.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
+            conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
             return True
         if ack != una or len(payload) > conn.rcv_adv - conn.rcv_nxt:
             return False
