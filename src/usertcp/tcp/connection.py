@@ -42,7 +42,6 @@ from usertcp.tcp.output import (
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.receive import Receive
 from usertcp.tcp.recovery import (
-    CA_OPEN,
     ECN_OK,
     INF,
     Recovery,
@@ -264,11 +263,11 @@ class Connection:
     def _seq(self, off: int) -> int:
         return (self.iss + off) & SEQ_MASK
 
-    def _snd_off(self, seq: int) -> int:
+    def snd_off(self, seq: int) -> int:
         """Map a 32-bit ACK number onto the send offset space near snd_una."""
         return self.snd_una + seq_diff(seq, (self.iss + self.snd_una) & SEQ_MASK)
 
-    def _rcv_off(self, seq: int) -> int:
+    def rcv_off(self, seq: int) -> int:
         return self.rcv_nxt + seq_diff(seq, (self.irs + self.rcv_nxt) & SEQ_MASK)
 
     @property
@@ -346,7 +345,7 @@ class Connection:
         if effects & Effect.TIME_WAIT:
             self._time_wait_entered(now)
 
-    def _compute_mss(self) -> None:
+    def compute_mss(self) -> None:
         """Effective send MSS: the peer's MSS less our per-segment options (RFC 9293 §3.7.1)."""
         own = self.stack.mtu_mss(self.v6)
         if self.pmtu:
@@ -379,7 +378,7 @@ class Connection:
         self._set_state(State.SYN_SENT, now)
         self.timers.first_rto_time = now
         self.tx.send_syn(now)
-        self._schedule()
+        self.reschedule()
 
     def start_passive_open(self, seg: Segment, listener: Listener, now: float) -> None:
         """A SYN arrived at a listener (RFC 9293 §3.10.7.2): record it and send a SYN-ACK."""
@@ -401,7 +400,41 @@ class Connection:
         self.timers.first_rto_time = now
         self.stack.on_passive_syn(self, seg, now)
         self.tx.send_syn(now)
-        self._schedule()
+        self.reschedule()
+
+    def open_from_cookie(self, listener: Listener, ack: Segment, peer_mss: int, wscale: int, sack: bool,
+                         ts_off: int, ecn: bool, now: float) -> None:
+        """Become the child ``start_passive_open`` would have left after its SYN-ACK, from the
+        3rd ACK of a validated SYN cookie (Linux cookie_v4_check -> tcp_get_cookie_sock). The
+        peer's SYN window is unknown: the 3rd ACK's window replaces it (_establish_passive)."""
+        cfg = self.config
+        self.passive = True
+        self.listener = listener
+        self.irs = (ack.seq - 1) & SEQ_MASK
+        self.iss = (ack.ack - 1) & SEQ_MASK
+        self.rcv_nxt = self.rcv_adv = self.last_ack_sent = 1
+        self.ts_offset = ts_off
+        self.ts_ok = ack.ts_val >= 0
+        if self.ts_ok:
+            self.ts_recent = ack.ts_val      # Linux: req->ts_recent = the ACK's TSval
+            self.ts_recent_time = now
+        self.ws_ok = wscale >= 0
+        self.snd_wscale = wscale if self.ws_ok else 0
+        self.rcv_wscale = cfg.rcv_wscale if self.ws_ok else 0
+        self.sack_ok = sack
+        self.peer_mss = peer_mss
+        self.rcv_mss = min(peer_mss, self.stack.mtu_mss(self.v6))
+        self.compute_mss()
+        self.tx.window_field(True)           # the SYN-ACK's window: syn_window and rcv_adv
+        self.snd_una = 0
+        self.snd_nxt = self.snd_max = 1      # the SYN-ACK went out
+        # No handshake RTT sample without timestamps (the SYN-ACK's send time is not stored):
+        # Linux's cookie request has snt_synack = 0. With timestamps the echoed TSval gives one.
+        self.syn_retries = 1
+        self.timers.first_rto_time = now
+        self._set_state(State.SYN_RECEIVED, now)
+        if ecn:
+            self.ecn_flags = ECN_OK
 
     def _negotiate(self, seg: Segment, now: float) -> None:
         """Options from the peer's SYN (RFC 7323 §2.2/§3.2, RFC 2018 §2, RFC 9293 §3.7.1)."""
@@ -417,7 +450,7 @@ class Connection:
             self.ts_recent_time = now
         self.peer_mss = seg.mss if seg.mss > 0 else (1220 if self.v6 else 536)
         self.rcv_mss = min(self.peer_mss, self.stack.mtu_mss(self.v6))
-        self._compute_mss()
+        self.compute_mss()
 
     # ----------------------------------------------------------- user commands
 
@@ -430,7 +463,7 @@ class Connection:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
         copied = self.tx.write(data, now, more)
         if copied and self.is_synchronized:
-            self._schedule()      # the stack must learn the retransmission deadline
+            self.reschedule()      # the stack must learn the retransmission deadline
         return copied
 
     def queue_views(self, views: Sequence[Buffer]) -> int:
@@ -455,27 +488,27 @@ class Connection:
         self.tx.push_end = self.snd_buf.end
         if self.is_synchronized:
             self.tx.run(now)
-            self._schedule()
+            self.reschedule()
         return total
 
     def options_changed(self, now: float) -> None:
         """Apply socket options set on a live connection (TCP_NODELAY, uncork, keepalive)."""
         if self.state is not State.CLOSED:
             self.tx.run(now)
-            self._schedule()
+            self.reschedule()
 
     def recv(self, n: int, now: float) -> bytes:
         data = self.rcv_buf.read(n)
         if data:
             self.rx.after_read(now)
-            self._update_prediction()
+            self.rx.update_prediction()
         return data
 
     def recv_into(self, target: memoryview, now: float) -> int:
         n = self.rcv_buf.read_into(target)
         if n:
             self.rx.after_read(now)
-            self._update_prediction()
+            self.rx.update_prediction()
         return n
 
     def shutdown(self, how_read: bool, how_write: bool, now: float) -> None:
@@ -486,8 +519,8 @@ class Connection:
             if self.state in (State.ESTABLISHED, State.CLOSE_WAIT):
                 self._queue_fin(now)
             elif self.state is State.SYN_SENT:
-                self._close_now(now)
-        self._schedule()
+                self.close_now(now)
+        self.reschedule()
 
     def _queue_fin(self, now: float) -> None:
         self.fin_queued = True
@@ -507,17 +540,17 @@ class Connection:
             self.stack.orphan_count_add(1)    # _close_now takes it off again
         st = self.state
         if st in (State.CLOSED, State.LISTEN):
-            self._close_now(now)
+            self.close_now(now)
             return
         if st is State.SYN_SENT:
-            self._close_now(now)
+            self.close_now(now)
             return
         if len(self.rcv_buf) or self.linger_zero:
             self.mib["TcpExtTCPAbortOnClose" if len(self.rcv_buf) else "TcpExtTCPAbortOnLinger"] += 1
             if st is not State.TIME_WAIT:
                 self.tx.send_rst(now)
             self.rcv_buf.discard(len(self.rcv_buf))
-            self._close_now(now)
+            self.close_now(now)
             return
         if not self.write_shutdown:
             self.write_shutdown = True
@@ -536,16 +569,16 @@ class Connection:
             self.mib["TcpExtTCPAbortOnMemory"] += 1
             self.abort(now)
             return
-        self._schedule()
+        self.reschedule()
 
     def abort(self, now: float) -> None:
         """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything."""
         if (self.state in SYNCHRONIZED and self.state is not State.TIME_WAIT) \
                 or self.state is State.SYN_RECEIVED:
             self.tx.send_rst(now)
-        self._close_now(now)
+        self.close_now(now)
 
-    def _close_now(self, now: float) -> None:
+    def close_now(self, now: float) -> None:
         if self.closed_by_app and self.state is not State.CLOSED:
             self.stack.orphan_count_add(-1)
         # Unsent data goes with the connection: give its memory back to the stack's account.
@@ -561,7 +594,7 @@ class Connection:
         self.recovery.rtx.clear()
         self.ooo.clear()
         self.stack.remove(self)
-        self._schedule()
+        self.reschedule()
         # Wake event-driven users: a reset or a failure is news for readers and writers.
         if self.on_readable is not None:
             self.on_readable(self)
@@ -580,9 +613,9 @@ class Connection:
         elif self.state is not State.TIME_WAIT:
             self.error = errno.EPIPE
         self.mib["UsertcpResetsReceived"] += 1
-        self._close_now(now)
+        self.close_now(now)
 
-    def _fail(self, err: int, now: float, *, send_rst: bool = False) -> None:
+    def fail(self, err: int, now: float, *, send_rst: bool = False) -> None:
         if err == errno.ETIMEDOUT:
             self.mib["TcpExtTCPAbortOnTimeout"] += 1
             # Linux tcp_write_err: the last ICMP soft error explains the timeout better.
@@ -590,7 +623,7 @@ class Connection:
         self.error = err
         if send_rst:
             self.tx.send_rst(now)
-        self._close_now(now)
+        self.close_now(now)
 
     # ------------------------------------------------------------------ input
 
@@ -605,7 +638,7 @@ class Connection:
         if self.state is not State.CLOSED:
             self.tx.run(now)
             self.tx.check_space()
-        self._schedule()
+        self.reschedule()
 
     def _syn_sent_arrives(self, seg: Segment, now: float) -> None:
         """RFC 9293 §3.10.7.3, SYN-SENT."""
@@ -695,7 +728,7 @@ class Connection:
         """RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states, step by step; each
         step returns True when it has dealt with the segment."""
         flags = seg.flags
-        seg_off = self._rcv_off(seg.seq)
+        seg_off = self.rcv_off(seg.seq)
         if self.state is State.ESTABLISHED:
             self.mib["UsertcpSlowPathSegs"] += 1
         if self._before_sequence_check(seg, now) or self._sequence_step(seg, seg_off, now):
@@ -736,7 +769,7 @@ class Connection:
             self.tx.send_syn(now)
             return True
         if st is State.SYN_RECEIVED and not self.passive and flags & SYN and flags & ACK \
-                and seg.seq == self.irs and self._snd_off(seg.ack) == self.snd_max:
+                and seg.seq == self.irs and self.snd_off(seg.ack) == self.snd_max:
             # Simultaneous open (RFC 9293 Figure 8, line 6): the peer's SYN-ACK completes it.
             # Linux tcp_validate_incoming lets exactly this SYN pass.
             self._establish_passive(seg, self.snd_max, now)
@@ -778,10 +811,10 @@ class Connection:
         if st is State.SYN_RECEIVED and self.passive:
             self.stack.forget_embryonic(self)
             self.error = errno.ECONNRESET   # only a fast-open child is visible to an app
-            self._close_now(now)
+            self.close_now(now)
         elif st is State.TIME_WAIT:
             # Linux tcp_rfc1337=0: a reset kills the TIME_WAIT (RFC 1337 would ignore it).
-            self._close_now(now)
+            self.close_now(now)
         else:
             self._reset_by_peer(now)
 
@@ -791,13 +824,13 @@ class Connection:
         if self.state is State.SYN_RECEIVED and self.passive:
             self.stack.forget_embryonic(self)
             self.tx.send_rst(now)
-            self._close_now(now)
+            self.close_now(now)
             return
         self._challenge_ack(now)
 
     def _ack_step(self, seg: Segment, seg_off: int, now: float) -> bool:
         """Fifth: the ACK field (RFC 9293 §3.10.7.4, RFC 5961 §5.2)."""
-        ack_off = self._snd_off(seg.ack)
+        ack_off = self.snd_off(seg.ack)
         if self.state is State.SYN_RECEIVED:
             if self._syn_received_ack(seg, ack_off, now):
                 return True
@@ -839,7 +872,7 @@ class Connection:
             if self.config.abort_on_overflow:
                 self.stack.forget_embryonic(self)
                 self.stack.send_reset_for(seg, now)
-                self._close_now(now)
+                self.close_now(now)
             return True
         self._establish_passive(seg, ack_off, now)
         return self.state is State.CLOSED
@@ -861,7 +894,7 @@ class Connection:
             # Linux: data for a closed (orphaned) socket resets it (TCPAbortOnData). The reset
             # is built from the segment, as for no socket (tcp_done, then tcp_v4_send_reset).
             mib["TcpExtTCPAbortOnData"] += 1
-            self._close_now(now)
+            self.close_now(now)
             self.stack.send_reset_for(seg, now, self.md5_key)
             return
         self.rx.data_arrives(seg, seg_off, now)
@@ -900,7 +933,7 @@ class Connection:
             self.ts_rtt_sample(seg.ts_ecr, now)
         self.snd_wnd = seg.window << self.snd_wscale
         self.max_snd_wnd = max(self.max_snd_wnd, self.snd_wnd)
-        self.snd_wl1 = self._rcv_off(seg.seq)
+        self.snd_wl1 = self.rcv_off(seg.seq)
         self.snd_wl2 = ack_off
         self.timers.rto_deadline = INF
         self.rtt.reset_backoff()
@@ -926,7 +959,7 @@ class Connection:
         elif st is State.CLOSING:
             self._set_state(State.TIME_WAIT, now)
         elif st is State.LAST_ACK:
-            self._close_now(now)
+            self.close_now(now)
 
     def _time_wait_entered(self, now: float) -> None:
         """The TIME_WAIT effect of the state table: only the 2 MSL timer runs (RFC 9293 §3.10.7.4)."""
@@ -953,20 +986,6 @@ class Connection:
 
     # ------------------------------------------------------------------ timers
 
-    def _update_prediction(self) -> None:
-        """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
-        rec = self.recovery
-        if (self.state is State.ESTABLISHED and self.config.header_prediction and self.ooo.empty
-                and rec.ca_state == CA_OPEN and not rec.sacked_bytes and not rec.lost_bytes
-                and not rec.reno_dupacks and not self.closed_by_app and self.rcv_adv > self.rcv_nxt
-                and self.rcvbuf_limit > len(self.rcv_buf)
-                and (self.md5_key is None or self.config.md5_fast_path)):
-            hdr_len = 20 + (12 if self.ts_ok else 0) + (20 if self.md5_key is not None else 0)
-            window = self.snd_wnd >> self.snd_wscale
-            self.pred_flags = (hdr_len >> 2) << 28 | ACK << 16 | window if window <= 0xFFFF else 0
-        else:
-            self.pred_flags = 0
-
     def output(self, now: float) -> None:
         """Send what the windows allow (see ``tcp/output.py``)."""
         self.tx.run(now)
@@ -984,8 +1003,8 @@ class Connection:
     def handle_timer(self, now: float) -> None:
         self.timers.handle(now)
 
-    def _schedule(self) -> None:
-        self._update_prediction()
+    def reschedule(self) -> None:
+        self.rx.update_prediction()
         d = self.timers.next_deadline() if self.state is not State.CLOSED else INF
         if d != self.timer_deadline:
             self.timer_deadline = d

@@ -101,7 +101,7 @@ def icmp_arrives(stack: Stack, msg: IcmpMessage, now: float) -> None:
         return
     if conn.state is State.TIME_WAIT:
         return
-    seq_off = conn._snd_off(msg.quoted_seq)
+    seq_off = conn.snd_off(msg.quoted_seq)
     fastopen = _fastopen_pending(conn)
     if conn.state is State.SYN_RECEIVED and conn.passive and not fastopen:
         # Linux tcp_req_err: a request socket only checks the quote against its ISN.
@@ -110,7 +110,7 @@ def icmp_arrives(stack: Stack, msg: IcmpMessage, now: float) -> None:
         elif fatal:
             stack.forget_embryonic(conn)
             mib["TcpExtListenDrops"] += 1
-            conn._close_now(now)          # no reset: the peer is unreachable anyway
+            conn.close_now(now)          # no reset: the peer is unreachable anyway
         return
     # Linux: a fast-open child's window starts at its ISN (the SYN-ACK may be unacknowledged).
     low = 0 if fastopen else conn.snd_una
@@ -125,7 +125,7 @@ def icmp_arrives(stack: Stack, msg: IcmpMessage, now: float) -> None:
     if conn.state is State.SYN_SENT or (conn.state is State.SYN_RECEIVED and not conn.accepted):
         # Hard error during the handshake (Linux tcp_v4_err: sk_err, then tcp_done); a
         # fast-open child stays in the accept queue and reports it there.
-        conn._fail(err, now)
+        conn.fail(err, now)
         return
     if conn.recverr:
         conn.error = err
@@ -187,10 +187,10 @@ def rto_revert(conn: Connection, now: float) -> None:
     conn.mib["UsertcpRtoReverted"] += 1
     if remaining > 0:
         conn.timers.rto_deadline = now + remaining
-        conn._schedule()
+        conn.reschedule()
     else:
         conn.timers.on_rto(now)                 # the undone backoff has already run out
-        conn._schedule()
+        conn.reschedule()
 
 
 def mtu_reduced(conn: Connection, mtu: int, now: float) -> None:
@@ -203,7 +203,7 @@ def mtu_reduced(conn: Connection, mtu: int, now: float) -> None:
         return            # IP_PMTUDISC_DONT / INTERFACE / OMIT: the socket ignores reports
     conn.pmtu = mtu
     old_mss = conn.mss
-    conn._compute_mss()
+    conn.compute_mss()
     conn.mib["UsertcpPmtuReductions"] += 1
     if conn.mss >= old_mss:
         return
@@ -221,7 +221,7 @@ def mtu_reduced(conn: Connection, mtu: int, now: float) -> None:
         conn.recovery.ca_state = CA_LOSS
         conn.recovery.recover = conn.snd_max
     conn.output(now)                  # _retransmit arms the RTO if it is not running
-    conn._schedule()
+    conn.reschedule()
 
 
 def _fastopen_pending(conn: Connection) -> bool:

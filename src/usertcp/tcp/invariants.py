@@ -103,13 +103,12 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
     if len(q) > q.max_segments or q.bytes_queued > q.max_bytes:
         _fail("ooo-bound", c, f"{len(q)} segments / {q.bytes_queued} bytes over "
               f"{q.max_segments} / {q.max_bytes}")
-    held = sum(len(x) for x in q._data)
+    held = q.held_bytes()
     if held != q.bytes_queued:
         _fail("ooo-bytes", c, f"bytes_queued={q.bytes_queued} recomputed {held}")
-    if q._starts:
-        base = q._abs((c.irs + c.rcv_nxt) & 0xFFFFFFFF)
-        if q._starts[0] <= base:
-            _fail("ooo-below-rcv-nxt", c, f"a chunk starts {base - q._starts[0]} bytes at or below rcv_nxt")
+    ahead = q.first_offset_from((c.irs + c.rcv_nxt) & 0xFFFFFFFF)
+    if ahead is not None and ahead <= 0:
+        _fail("ooo-below-rcv-nxt", c, f"a chunk starts {-ahead} bytes at or below rcv_nxt")
     if st in SYNCHRONIZED or st is State.SYN_RECEIVED:
         if c.rcv_nxt < 1:
             _fail("rcv-nxt", c, f"rcv_nxt={c.rcv_nxt}")
@@ -138,7 +137,7 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
 
 def check_invariants(stack: Stack) -> None:
     """Every rule of the module docstring, for every connection and listener of ``stack``."""
-    heap = {(id(conn), deadline) for deadline, _, conn in stack._timers}
+    heap = {(id(conn), deadline) for deadline, conn in stack.timer_entries()}
     tw = estab = 0
     for key, c in stack.connections.items():
         if c.key != key:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.output import MAX_WINDOW
-from usertcp.tcp.recovery import ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
+from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
-from usertcp.tcp.states import RECEIVING
-from usertcp.wire.segment import ECN_CE, ECN_NOT_ECT, FIN, SYN, Segment
+from usertcp.tcp.states import RECEIVING, State
+from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, SYN, Segment
 
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
@@ -190,7 +190,7 @@ class Receive:
         # Linux tcp_cleanup_rbuf: update when the window at least doubles and was at most half open.
         if 2 * cur <= clamp and new_wnd >= 2 * cur and new_wnd > cur and new_wnd >= c.rcv_mss:
             c.tx.send_ack(now)
-            c._schedule()
+            c.reschedule()
 
     def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0) -> None:
         """Predicted in-order data with the ACK unchanged: the slow path's effects, no more.
@@ -228,6 +228,21 @@ class Receive:
                 or c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0)
                 or (c.snd_max > c.snd_una and c.timers.rto_deadline == INF)):
             c.tx.run(now)
-        c._schedule()
+        c.reschedule()
+
+    def update_prediction(self) -> None:
+        """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
+        c = self.conn
+        rec = c.recovery
+        if (c.state is State.ESTABLISHED and c.config.header_prediction and c.ooo.empty
+                and rec.ca_state == CA_OPEN and not rec.sacked_bytes and not rec.lost_bytes
+                and not rec.reno_dupacks and not c.closed_by_app and c.rcv_adv > c.rcv_nxt
+                and c.rcvbuf_limit > len(c.rcv_buf)
+                and (c.md5_key is None or c.config.md5_fast_path)):
+            hdr_len = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
+            window = c.snd_wnd >> c.snd_wscale
+            c.pred_flags = (hdr_len >> 2) << 28 | ACK << 16 | window if window <= 0xFFFF else 0
+        else:
+            c.pred_flags = 0
 
     # METHODS-HERE

@@ -101,8 +101,8 @@ class Recovery:
         new = False
         rtx = self.rtx
         for left_seq, right_seq in blocks:
-            left = c._snd_off(left_seq)
-            right = c._snd_off(right_seq)
+            left = c.snd_off(left_seq)
+            right = c.snd_off(right_seq)
             if right <= left or right > c.snd_max or left < c.snd_una - c.max_snd_wnd:
                 c.mib["TcpExtTCPSACKDiscard"] += 1
                 continue
@@ -554,6 +554,6 @@ class Recovery:
         if c.state is not State.CLOSED:
             c.tx.run(now)
             c.tx.check_space()
-        c._schedule()
+        c.reschedule()
 
     # METHODS-HERE

@@ -357,6 +357,10 @@ class Stack:
             heapq.heappop(timers)
         return None
 
+    def timer_entries(self) -> list[tuple[float, Connection]]:
+        """Every (deadline, connection) in the timer heap, stale entries included."""
+        return [(deadline, conn) for deadline, _, conn in self._timers]
+
     def handle_timer(self, now: float) -> None:
         self.now = now
         timers = self._timers
@@ -430,7 +434,7 @@ class Stack:
         self.time_wait_count += 1
         if self.time_wait_count > self.config.max_time_wait:
             self.counters.table["TcpExtTCPTimeWaitOverflow"] += 1
-            conn._close_now(self.now)
+            conn.close_now(self.now)
 
     def trace_state(self, conn: Connection, old: State, new: State, now: float) -> None:
         if self.tracer is not None:
@@ -514,7 +518,7 @@ class Stack:
         listener = self._find_listener(seg.dst, seg.dport)
         if listener is None:
             return False
-        conn._close_now(now)
+        conn.close_now(now)
         self.counters.table["TcpExtTWRecycled"] += 1
         self._listen_syn(listener, seg, now)
         return True

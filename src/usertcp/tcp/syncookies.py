@@ -48,7 +48,6 @@ from usertcp.tcp.config import TFO_SERVER_ENABLE
 from usertcp.tcp.connection import Connection, State, ecn_syn_acceptable
 from usertcp.tcp.cookies import tfo_cookie
 from usertcp.tcp.fastopen import TfoState
-from usertcp.tcp.recovery import ECN_OK
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import ACK, ECE, FIN, SYN, Segment
@@ -293,53 +292,24 @@ def cookie_ack(stack: Stack, listener: Listener, seg: Segment, now: float) -> bo
         mib["TcpExtListenOverflows"] += 1
         mib["TcpExtListenDrops"] += 1
         return True
-    conn = _rebuild(stack, listener, seg, table[idx], wscale, sack, ts_off, now)
-    if ecn:
-        conn.ecn_flags = ECN_OK
+    conn = _rebuild(stack, listener, seg, table[idx], wscale, sack, ts_off, ecn, now)
     # The ACK itself now takes the normal path: SYN-RECEIVED -> ESTABLISHED, accept queue,
     # its data, and the preload going out.
     stack.segment_arrives(seg, now)
     if conn.state is State.SYN_RECEIVED:
-        conn._close_now(now)        # not acceptable after all: leave nothing behind
+        conn.close_now(now)        # not acceptable after all: leave nothing behind
     return True
 
 
 def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wscale: int, sack: bool,
-             ts_off: int, now: float) -> Connection:
+             ts_off: int, ecn: bool, now: float) -> Connection:
     """The child as Connection.start_passive_open would have left it after its SYN-ACK.
 
     Linux cookie_v4_check -> cookie_tcp_reqsk_alloc / tcp_get_cookie_sock; the peer's SYN
     window is unknown, the 3rd ACK's window replaces it (_establish_passive).
     """
     conn = stack.new_child(listener, seg)
-    cfg = stack.config
-    conn.passive = True
-    conn.listener = listener
-    conn.irs = (seg.seq - 1) & _M32
-    conn.iss = (seg.ack - 1) & _M32
-    conn.rcv_nxt = 1
-    conn.rcv_adv = 1
-    conn.last_ack_sent = 1
-    conn.ts_offset = ts_off
-    conn.ts_ok = seg.ts_val >= 0
-    if conn.ts_ok:
-        conn.ts_recent = seg.ts_val      # Linux: req->ts_recent = the ACK's TSval
-        conn.ts_recent_time = now
-    conn.ws_ok = wscale >= 0
-    conn.snd_wscale = wscale if conn.ws_ok else 0
-    conn.rcv_wscale = cfg.rcv_wscale if conn.ws_ok else 0
-    conn.sack_ok = sack
-    conn.peer_mss = peer_mss
-    conn.rcv_mss = min(peer_mss, stack.mtu_mss(conn.v6))
-    conn._compute_mss()
-    conn.tx.window_field(True)             # the SYN-ACK's window: syn_window and rcv_adv
-    conn.snd_una = 0
-    conn.snd_nxt = conn.snd_max = 1      # the SYN-ACK went out
-    # No handshake RTT sample without timestamps (the SYN-ACK's send time is not stored):
-    # Linux's cookie request has snt_synack = 0. With timestamps the echoed TSval gives one.
-    conn.syn_retries = 1
-    conn.timers.first_rto_time = now
-    conn._set_state(State.SYN_RECEIVED, now)
+    conn.open_from_cookie(listener, seg, peer_mss, wscale, sack, ts_off, ecn, now)
     if listener.preload:
         st = TfoState(client=False)
         conn.queue_views([listener.preload])        # the snapshot, by reference

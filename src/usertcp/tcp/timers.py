@@ -66,7 +66,7 @@ class Timers:
             self.time_wait_deadline = INF
             expired = "UsertcpTimeWaitExpired" if c.state is State.TIME_WAIT else "TcpExtTCPAbortOnTimeout"
             c.mib[expired] += 1
-            c._close_now(now)
+            c.close_now(now)
             return
         if now >= self.rack_deadline:
             self.rack_deadline = INF
@@ -97,7 +97,7 @@ class Timers:
             # After a refusal the timer handlers above have re-armed their retry; like Linux's
             # timers, do not hammer the full local queue again in the same event.
             c.tx.run(now)
-        c._schedule()
+        c.reschedule()
 
     def on_rto(self, now: float) -> None:
         """RFC 6298 §5.4-5.6 and RFC 5681 §3.1: a retransmission timeout."""
@@ -109,7 +109,7 @@ class Timers:
             if c.syn_retries >= limit or self.user_timeout_expired(now):
                 if st is State.SYN_RECEIVED and c.passive:
                     c.stack.forget_embryonic(c)
-                c._fail(errno.ETIMEDOUT, now)
+                c.fail(errno.ETIMEDOUT, now)
                 return
             c.syn_retries += 1
             # A passive open resends its SYN-ACK as a request sock (tcp_rtx_synack counts only
@@ -130,7 +130,7 @@ class Timers:
                 # dropped (a TFO child, tcp_fastopen_synack_timer, ignores the error).
                 c.mib["UsertcpSynAckLocalDrops"] += 1
                 c.stack.forget_embryonic(c)
-                c._close_now(now)
+                c.close_now(now)
                 return
             c.rtt.on_timeout()
             self.rto_deadline = now + c.rtt.timeout
@@ -138,7 +138,7 @@ class Timers:
         if c.snd_una >= c.snd_max:
             return
         if self.retransmits >= cfg.retries2 or self.user_timeout_expired(now):
-            c._fail(errno.ETIMEDOUT, now)
+            c.fail(errno.ETIMEDOUT, now)
             return
         c.mib["TcpExtTCPTimeouts"] += 1
         self.tlp_high = -1
@@ -275,10 +275,10 @@ class Timers:
         if self.probes_tstamp < 0:
             self.probes_tstamp = now
         elif c.user_timeout and now - self.probes_tstamp >= c.user_timeout:
-            c._fail(errno.ETIMEDOUT, now)
+            c.fail(errno.ETIMEDOUT, now)
             return
         if self.probes_out >= c.config.retries2:
-            c._fail(errno.ETIMEDOUT, now)
+            c.fail(errno.ETIMEDOUT, now)
             return
         room = c.snd_una + c.snd_wnd - c.snd_nxt
         if room > 0:
@@ -320,7 +320,7 @@ class Timers:
             return
         if self.probes_out >= c.keepalive_probes:
             c.mib["TcpExtTCPAbortOnTimeout"] += 1
-            c._fail(errno.ETIMEDOUT, now, send_rst=True)
+            c.fail(errno.ETIMEDOUT, now, send_rst=True)
             return
         c.mib["UsertcpKeepaliveProbes"] += 1
         if c.tx.emit(now, c.snd_una - 1, ACK):
