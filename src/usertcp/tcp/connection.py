@@ -80,9 +80,6 @@ if TYPE_CHECKING:
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 
 
-# Header prediction (Linux pred_flags): the 4th header word with the reserved bits, AE and
-# PSH masked out; the prediction is (header length << 28) | ACK << 16 | expected window.
-HP_MASK = 0xF0F7FFFF
 
 
 

@@ -73,6 +73,13 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
         _fail("syn-unacked", c, "synchronized with the SYN not acknowledged")
     if (st is State.SYN_SENT or st is State.SYN_RECEIVED) and c.snd_una != 0:
         _fail("syn-state-una", c, f"snd_una={c.snd_una} in {st.name}")
+    _check_scoreboard(c)
+    _check_receive_side(c)
+    _check_timers_and_ecn(c, heap)
+
+
+def _check_scoreboard(c: Connection) -> None:
+    """The retransmission queue and the scoreboard counts (RFC 6675 §4)."""
     # Retransmission queue and the scoreboard.
     sacked = lost = retrans = 0
     prev_end = c.snd_una
@@ -95,6 +102,11 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
     if (sacked, lost, retrans) != (rec.sacked_bytes, rec.lost_bytes, rec.retrans_bytes):
         _fail("scoreboard", c, f"counters sacked/lost/retrans={rec.sacked_bytes}/{rec.lost_bytes}/"
               f"{rec.retrans_bytes}, recomputed {sacked}/{lost}/{retrans}")
+
+
+def _check_receive_side(c: Connection) -> None:
+    """The receive buffer, the reassembly queue and RCV.NXT."""
+    st = c.state
     # Receive side.
     rb = c.rcv_buf
     if rb.size != sum(len(x) for x in rb.chunks()):
@@ -115,6 +127,11 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
         slack = 1 << c.rcv_wscale
         if q.bytes_queued and c.rcv_nxt + q.bytes_queued > c.rcv_adv + slack:
             _fail("ooo-beyond-window", c, f"{q.bytes_queued} bytes queued past rcv_adv={c.rcv_adv}")
+
+
+def _check_timers_and_ecn(c: Connection, heap: set[tuple[int, float]] | None) -> None:
+    """The armed timers and the ECN/CWR state."""
+    st = c.state
     # Timers.
     if st is not State.CLOSED:
         want = c.next_deadline()
@@ -133,7 +150,6 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
         _fail("ecn-flags", c, f"ecn_flags={c.ecn_flags:#x} without ECN negotiated")
     if c.recovery.ca_state == CA_CWR and c.snd_una > c.recovery.recover:
         _fail("cwr-window", c, f"CWR state with snd_una={c.snd_una} past its window end {c.recovery.recover}")
-
 
 def check_invariants(stack: Stack) -> None:
     """Every rule of the module docstring, for every connection and listener of ``stack``."""

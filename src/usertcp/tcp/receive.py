@@ -81,38 +81,7 @@ class Receive:
         if plen and c.ecn_flags:
             self.ecn_check_ce(seg.ecn)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
         if seg_off == nxt:
-            if plen:
-                self.grow_window(plen)
-                if not c.read_shutdown or not c.closed_by_app:
-                    c.rcv_buf.append(payload)
-                nxt += plen
-                c.bytes_received += plen
-            if fin:
-                nxt += 1
-            if fin and not c.ooo.empty:
-                c.ooo.clear()       # nothing can follow a FIN (RFC 9293 §3.10.7.4 eighth)
-            if not c.ooo.empty:
-                nxt_seq = (c.irs + nxt) & SEQ_MASK
-                chunks, new_seq, ooo_fin = c.ooo.pop_ready(nxt_seq)
-                for chunk in chunks:
-                    c.rcv_buf.append(chunk)
-                    c.bytes_received += len(chunk)
-                if ooo_fin:
-                    fin = True
-                nxt += seq_diff(new_seq, nxt_seq)
-                immediate = True       # RFC 5681 §4.2: ACK at once when a hole fills
-            else:
-                immediate = False
-            c.rcv_nxt = nxt
-            if fin:
-                c.fin_arrives(now)
-                self.schedule_ack(now, immediate=True)
-            elif plen or immediate:
-                self.schedule_ack(now, immediate=immediate, length=plen)
-            if fin or plen:
-                c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
-            if c.on_readable is not None and (fin or c.rcv_buf.size):
-                c.on_readable(c)
+            self._in_order(payload, fin, now)
         else:
             # Out of order: queue it and send an immediate duplicate ACK (RFC 5681 §4.2).
             irs = c.irs
@@ -121,6 +90,44 @@ class Receive:
             else:
                 mib["TcpExtTCPOFOQueue"] += 1
             self.schedule_ack(now, immediate=True)
+
+    def _in_order(self, payload: memoryview, fin: bool, now: float) -> None:
+        """Data at RCV.NXT: deliver it and what reassembly now releases, then the FIN."""
+        c = self.conn
+        plen = len(payload)
+        nxt = c.rcv_nxt
+        if plen:
+            self.grow_window(plen)
+            if not c.read_shutdown or not c.closed_by_app:
+                c.rcv_buf.append(payload)
+            nxt += plen
+            c.bytes_received += plen
+        if fin:
+            nxt += 1
+        if fin and not c.ooo.empty:
+            c.ooo.clear()       # nothing can follow a FIN (RFC 9293 §3.10.7.4 eighth)
+        if not c.ooo.empty:
+            nxt_seq = (c.irs + nxt) & SEQ_MASK
+            chunks, new_seq, ooo_fin = c.ooo.pop_ready(nxt_seq)
+            for chunk in chunks:
+                c.rcv_buf.append(chunk)
+                c.bytes_received += len(chunk)
+            if ooo_fin:
+                fin = True
+            nxt += seq_diff(new_seq, nxt_seq)
+            immediate = True       # RFC 5681 §4.2: ACK at once when a hole fills
+        else:
+            immediate = False
+        c.rcv_nxt = nxt
+        if fin:
+            c.fin_arrives(now)
+            self.schedule_ack(now, immediate=True)
+        elif plen or immediate:
+            self.schedule_ack(now, immediate=immediate, length=plen)
+        if fin or plen:
+            c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
+        if c.on_readable is not None and (fin or c.rcv_buf.size):
+            c.on_readable(c)
 
     def ecn_check_ce(self, ecn: int) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""

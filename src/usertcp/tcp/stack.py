@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import errno
 import heapq
-import hmac
 import ipaddress
-import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from usertcp.tcp import fastopen, syncookies
 from usertcp.tcp.buffers import MemAccount
 from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackConfig
-from usertcp.tcp.connection import HP_MASK, Connection, State
+from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
 from usertcp.tcp.host import FeatureHooks
@@ -26,20 +24,15 @@ from usertcp.tcp.icmp_errors import icmp_arrives
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.recovery import INF
 from usertcp.tcp.siphash import siphash24
-from usertcp.wire.checksum import mod_ffff
 from usertcp.wire.icmp import IPPROTO_ICMP, IPPROTO_ICMPV6, parse_icmp
-from usertcp.wire.md5 import md5_digest_fixed, verify_segment_md5
+from usertcp.wire.md5 import verify_segment_md5
 from usertcp.wire.packet import build_packet, parse_packet
+from usertcp.wire.predict import HP_MASK, checksums_ok, peek_tcp, predicted_options
 from usertcp.wire.segment import ACK, FIN, RST, SYN, Buffer, DropPacket, NotTcp, Segment, TxPacket
 from usertcp.wire.tcp import encode_options
 
 EPHEMERAL_PORTS = (32768, 60999)   # Linux ip_local_port_range
 
-_S_IP4TCP = struct.Struct("!BBHHHBBH4s4sHHIIHHHH")
-_S_IP6TCP = struct.Struct("!IHBB16s16sHHIIHHHH")
-_S_III = struct.Struct("!III")
-_from_bytes = int.from_bytes
-_MD5_NOPS = b"\x01\x01\x13\x12"
 # Received packets by ECN codepoint (Linux ip_rcv_core / ip6_rcv_core IPSTATS_MIB_*ECT*PKTS).
 _ECN_MIB4 = ("IpExtInNoECTPkts", "IpExtInECT1Pkts", "IpExtInECT0Pkts", "IpExtInCEPkts")
 _ECN_MIB6 = ("Ip6InNoECTPkts", "Ip6InECT1Pkts", "Ip6InECT0Pkts", "Ip6InCEPkts")
@@ -260,87 +253,46 @@ class Stack:
         unusual returns False and the full slow path runs, which also counts errors.
         """
         mv = packet if type(packet) is memoryview else memoryview(packet)
-        n = len(mv)
-        if n < 40:
+        hdr = peek_tcp(mv)
+        if hdr is None:
             return False
-        first = mv[0]
-        if first == 0x45:
-            (_v, tos, tot, _id, frag, _ttl, proto, _ipsum, src, dst, sport, dport, seq, ack, offflags,
-             window, _csum, _urg) = _S_IP4TCP.unpack_from(mv, 0)
-            if proto != 6 or frag & 0x3FFF or tot > n:
-                return False
-            ip_len = 20
-        elif first >> 4 == 6 and n >= 60:
-            (vtc, plen6, nh, _hlim, src, dst, sport, dport, seq, ack, offflags, window, _csum,
-             _urg) = _S_IP6TCP.unpack_from(mv, 0)
-            tot = 40 + plen6
-            if nh != 6 or tot > n:
-                return False
-            ip_len = 40
-            tos = (vtc >> 20) & 0xFF
-        else:
-            return False
+        ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word = hdr
         conn = self.connections.get((dst, dport, src, sport))
         if conn is None:
             return False
         pred = conn.pred_flags
-        if not pred or (((offflags << 16) | window) & HP_MASK) != pred:
+        if not pred or (hp_word & HP_MASK) != pred or seq != (conn.irs + conn.rcv_nxt) & 0xFFFFFFFF:
             return False
-        if seq != (conn.irs + conn.rcv_nxt) & 0xFFFFFFFF:
+        if not checksums_ok(mv, ip_len, tot, src, dst, checksum_verified):
             return False
-        doff = (offflags >> 12) << 2
-        tlen = tot - ip_len
-        if doff > tlen:
+        opts = predicted_options(mv, ip_len, tot, hp_word, conn.md5_key, conn.ts_ok, src, dst)
+        if opts is None:
             return False
-        if ip_len == 20 and _from_bytes(mv[:20], "big") % 0xFFFF:
+        start, ts_val, ts_ecr = opts
+        # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
+        if ts_val >= 0 and (ts_val - conn.ts_recent) & 0x80000000:
             return False
-        if not checksum_verified:
-            v = _from_bytes(mv[ip_len:tot], "big")
-            if tlen & 1:
-                v <<= 8
-            if mod_ffff(v + _from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen):
-                return False
-        opt = ip_len + 20
-        key = conn.md5_key
-        if key is not None:
-            if mv[opt:opt + 4] != _MD5_NOPS:
-                return False
-            digest = mv[opt + 4:opt + 20]
-            opt += 20
-        ts_val = -1
-        ts_ecr = 0
-        if conn.ts_ok:
-            if opt + 12 > tot:
-                return False
-            word, ts_val, ts_ecr = _S_III.unpack_from(mv, opt)
-            if word != 0x0101080A:           # NOP, NOP, TS kind 8, length 10
-                return False
-            # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
-            if (ts_val - conn.ts_recent) & 0x80000000:
-                return False
-        payload = mv[ip_len + doff:tot]
-        if key is not None and not hmac.compare_digest(
-                md5_digest_fixed(key, src, dst, mv[ip_len:ip_len + 20], tlen, (payload,)), digest):
-            return False
+        mib = self.counters.table
         una = (conn.iss + conn.snd_una) & 0xFFFFFFFF
-        if not payload:
+        plen = tot - start
+        if not plen:
             adv = (ack - una) & 0xFFFFFFFF
             if adv == 0 or adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
                 return False
-            self.counters.table["TcpInSegs"] += 1
-            self.counters.table[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-            self.counters.table["TcpExtTCPHPAcks"] += 1
+            mib["TcpInSegs"] += 1
+            mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
+            mib["TcpExtTCPHPAcks"] += 1
             conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
             return True
-        if ack != una or len(payload) > conn.rcv_adv - conn.rcv_nxt:
+        if ack != una or plen > conn.rcv_adv - conn.rcv_nxt:
             return False
         mem = self.mem
-        if mem.limit and mem.used + len(payload) > mem.limit:
+        if mem.limit and mem.used + plen > mem.limit:
             return False                 # the slow path drops and counts it
-        self.counters.table["TcpInSegs"] += 1
-        self.counters.table[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-        self.counters.table["TcpExtTCPHPHits"] += 1
-        conn.rx.fast_data(payload, ts_val, ts_ecr, now, tos & 3)
+        mib["TcpInSegs"] += 1
+        mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
+        mib["TcpExtTCPHPHits"] += 1
+        conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
         return True
 
     def datagrams_to_send(self) -> list[TxPacket]:
