@@ -151,6 +151,8 @@ class Output:
         ACK state is cleared (a refused ACK is just lost) and the segment is counted.
         """
         c = self.conn
+        rx = c.rx
+        tm = c.timers
         syn = bool(flags & SYN)
         if options is None:
             options = self.data_options(now)
@@ -159,9 +161,9 @@ class Output:
         if flags & ACK:
             ack = (c.irs + c.rcv_nxt) & SEQ_MASK
             c.last_ack_sent = c.rcv_nxt
-            c.rx.ack_pending = 0
-            c.timers.delack_deadline = INF
-            c.rx.dsack = None
+            rx.ack_pending = 0
+            tm.delack_deadline = INF
+            rx.dsack = None
         tos = c.tos
         ef = c.ecn_flags
         if ef and not syn:
@@ -190,7 +192,7 @@ class Output:
         if flags & RST:
             mib["TcpOutRsts"] += 1
         if not ok:
-            c.timers.tx_refused = True
+            tm.tx_refused = True
             if c.state in SYNCHRONIZED:
                 # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
                 c.recovery.enter_cwr(now, "local_congestion")
@@ -199,14 +201,15 @@ class Output:
     def data_options(self, now: float) -> bytes:
         """Options of a non-SYN segment: timestamps and SACK blocks (RFC 7323, 2018, 2883)."""
         c = self.conn
+        rx = c.rx
         ts = (self.tsval(now), c.ts_recent) if c.ts_ok else None
         blocks: list[tuple[int, int]] = []
-        if c.sack_ok and (c.rx.dsack is not None or not c.ooo.empty):
+        if c.sack_ok and (rx.dsack is not None or not c.ooo.empty):
             room = 40 - (12 if ts else 0) - (20 if c.md5_key is not None else 0)
             max_blocks = (room - 4) // 8
             irs = c.irs
-            if c.rx.dsack is not None and max_blocks > 0:
-                blocks.append(((irs + c.rx.dsack[0]) & SEQ_MASK, (irs + c.rx.dsack[1]) & SEQ_MASK))
+            if rx.dsack is not None and max_blocks > 0:
+                blocks.append(((irs + rx.dsack[0]) & SEQ_MASK, (irs + rx.dsack[1]) & SEQ_MASK))
             for left, right in c.ooo.sack_blocks(max_blocks):
                 if len(blocks) >= max_blocks:
                     break
@@ -254,6 +257,8 @@ class Output:
         """Send (or resend) the SYN or SYN-ACK; False if the local queue refused it, which
         the first transmission ignores as Linux's tcp_connect/tcp_conn_request do (a loss)."""
         c = self.conn
+        rec = c.recovery
+        tm = c.timers
         flags = SYN
         payload: list[memoryview] = []
         if c.state is State.SYN_RECEIVED:
@@ -269,28 +274,30 @@ class Output:
         end = 1 + sum(len(p) for p in payload)
         c.snd_nxt = max(c.snd_nxt, end)
         c.snd_max = max(c.snd_max, end)
-        if c.timers.rto_deadline == INF:
-            c.timers.rto_deadline = now + c.rtt.timeout
-        if payload and not c.recovery.rtx:
-            c.recovery.rtx.append(SentSegment(1, end, False, now))
-        elif payload and c.recovery.rtx[0].start == 1:
+        if tm.rto_deadline == INF:
+            tm.rto_deadline = now + c.rtt.timeout
+        if payload and not rec.rtx:
+            rec.rtx.append(SentSegment(1, end, False, now))
+        elif payload and rec.rtx[0].start == 1:
             # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
-            c.recovery.rtx[0].tx_count += 1
-            c.recovery.rtx[0].tx_time = now
+            rec.rtx[0].tx_count += 1
+            rec.rtx[0].tx_time = now
         return ok
 
     def run(self, now: float) -> None:
         """Send what the windows allow: retransmissions, new data, FIN, then any owed ACK."""
         c = self.conn
+        rx = c.rx
+        tm = c.timers
         st = c.state
         if st is State.CLOSED or st is State.LISTEN or st is State.TIME_WAIT:
-            if c.rx.ack_now:
-                c.rx.ack_now = False
+            if rx.ack_now:
+                rx.ack_now = False
                 if st is State.TIME_WAIT:
                     self.send_ack(now)
             return
         if st is State.SYN_SENT or st is State.SYN_RECEIVED:
-            c.rx.ack_now = False
+            rx.ack_now = False
             c.stack.syn_state_output(c, now)
             return
         sent = False
@@ -302,26 +309,27 @@ class Output:
                 # Where a burst stopped inside an skb, Linux split it (tso_fragment).
                 c.snd_buf.mark_sent(c.snd_max - 1, self.tso_bytes())
         self.force_push = False
-        if c.rx.ack_now:
-            c.rx.ack_now = False
-            if not sent or c.rx.ack_pending:
+        if rx.ack_now:
+            rx.ack_now = False
+            if not sent or rx.ack_pending:
                 self.send_ack(now)
-        if c.snd_max > c.snd_una and c.timers.rto_deadline == INF:
-            c.timers.rto_deadline = now + c.rtt.timeout
+        if c.snd_max > c.snd_una and tm.rto_deadline == INF:
+            tm.rto_deadline = now + c.rtt.timeout
         if sent:
-            c.timers.tlp_deadline = INF      # Linux re-arms the probe after each transmission
-            c.timers.arm_tlp(now)
-        c.timers.arm_probe(now)
+            tm.tlp_deadline = INF      # Linux re-arms the probe after each transmission
+            tm.arm_tlp(now)
+        tm.arm_probe(now)
         if c.keepalive and c.state in SYNCHRONIZED:
-            c.timers.keepalive_deadline = c.last_rcv_time + c.keepalive_time \
-                if c.timers.probes_out == 0 else c.timers.keepalive_deadline
+            tm.keepalive_deadline = c.last_rcv_time + c.keepalive_time \
+                if tm.probes_out == 0 else tm.keepalive_deadline
 
     def send_retransmissions(self, now: float) -> bool:
         """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd."""
         c = self.conn
+        rec = c.recovery
         sent = False
         cwnd = c.cc.cwnd
-        rtx = c.recovery.rtx
+        rtx = rec.rtx
         i = -1
         while i + 1 < len(rtx):
             i += 1
@@ -330,8 +338,8 @@ class Output:
                 continue
             if c.in_flight + (r.end - r.start) > cwnd and sent:
                 break
-            if c.in_flight >= cwnd and not (not sent and c.recovery.ca_state == CA_RECOVERY
-                                               and c.recovery.retrans_bytes == 0):
+            if c.in_flight >= cwnd and not (not sent and rec.ca_state == CA_RECOVERY
+                                               and rec.retrans_bytes == 0):
                 break
             if not self.retransmit(r, now, i):
                 break             # Linux tcp_xmit_retransmit_queue stops at a failed one
@@ -340,13 +348,15 @@ class Output:
 
     def retransmit(self, r: SentSegment, now: float, index: int = 0) -> bool:
         c = self.conn
+        rec = c.recovery
+        tm = c.timers
         # Re-cut to the current MSS (the MSS may have shrunk).
         if r.end - r.start - (1 if r.fin else 0) > c.mss:
             tail = SentSegment(r.start + c.mss, r.end, r.fin, r.tx_time)
             tail.tx_count, tail.lost, tail.first_tx = r.tx_count, r.lost, r.first_tx
             r.end = r.start + c.mss
             r.fin = False
-            c.recovery.rtx.insert(index + 1, tail)
+            rec.rtx.insert(index + 1, tail)
         dlen = r.end - r.start - (1 if r.fin else 0)
         payload = c.snd_buf.views(r.start - 1, dlen) if dlen else []
         # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment).
@@ -359,22 +369,22 @@ class Output:
             flags |= PSH
         if not self.emit(now, r.start, flags, payload):
             return self.retransmit_refused(r)
-        if c.recovery.ca_state == CA_RECOVERY or c.recovery.ca_state == CA_CWR:
-            c.recovery.prr_out += r.end - r.start
+        if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
+            rec.prr_out += r.end - r.start
         r.retrans = True
-        c.recovery.retrans_bytes += r.end - r.start
+        rec.retrans_bytes += r.end - r.start
         r.tx_count += 1
         r.tx_time = now
         c.total_retrans += 1
         if c.stack.tracer is not None:
-            reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(c.recovery.ca_state, "probe")
+            reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(rec.ca_state, "probe")
             c.stack.trace(c, "tcp:retransmit", {"rel_seq": r.start, "end": r.end,
                                                       "tx_count": r.tx_count, "reason": reason}, now)
         c.mib["TcpRetransSegs"] += 1
-        if c.recovery.ca_state == CA_RECOVERY:
+        if rec.ca_state == CA_RECOVERY:
             c.mib["TcpExtTCPFastRetrans"] += 1
-        if c.timers.rto_deadline == INF:
-            c.timers.rto_deadline = now + c.rtt.timeout
+        if tm.rto_deadline == INF:
+            tm.rto_deadline = now + c.rtt.timeout
         return True
 
     def retransmit_refused(self, r: SentSegment) -> bool:
@@ -453,6 +463,8 @@ class Output:
     def emit_new(self, now: float, off: int, size: int, *, fin: bool, push: bool = False,
                   force_psh: bool = False) -> bool:
         c = self.conn
+        rec = c.recovery
+        tm = c.timers
         payload = c.snd_buf.views(off - 1, size) if size else []
         flags = ACK
         end_data = off - 1 + size
@@ -466,16 +478,16 @@ class Output:
         end = off + size + (1 if fin else 0)
         if not self.emit(now, off, flags, payload, gso_size=c.mss if size > c.mss else 0):
             return False       # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
-        if c.recovery.ca_state == CA_RECOVERY or c.recovery.ca_state == CA_CWR:
-            c.recovery.prr_out += end - off
-        c.recovery.rtx.append(SentSegment(off, end, fin, now))
+        if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
+            rec.prr_out += end - off
+        rec.rtx.append(SentSegment(off, end, fin, now))
         c.snd_nxt = end
         if end > c.snd_max:
             c.snd_max = end
         if size:
             c.data_segs_out += 1
-        if c.timers.rto_deadline == INF:
-            c.timers.rto_deadline = now + c.rtt.timeout
+        if tm.rto_deadline == INF:
+            tm.rto_deadline = now + c.rtt.timeout
         if c.last_rcv_time and now - c.last_rcv_time < c.config.delack_min:
             c.rx.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
         return True
@@ -558,4 +570,3 @@ class Output:
             self.more_pending = False
         return copied
 
-    # METHODS-HERE

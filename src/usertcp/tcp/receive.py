@@ -169,6 +169,7 @@ class Receive:
     def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
         """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
         c = self.conn
+        tm = c.timers
         self.ack_pending += max(length, 1)
         if immediate:
             self.ack_now = True
@@ -181,8 +182,8 @@ class Receive:
         if c.rcv_nxt - c.last_ack_sent >= 2 * c.rcv_mss:
             self.ack_now = True
             return
-        if c.timers.delack_deadline == INF:
-            c.timers.delack_deadline = now + c.config.delack_min
+        if tm.delack_deadline == INF:
+            tm.delack_deadline = now + c.config.delack_min
 
 
     def after_read(self, now: float) -> None:
@@ -205,6 +206,7 @@ class Receive:
         ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce).
         """
         c = self.conn
+        tm = c.timers
         rec = c.recovery
         c.segs_in += 1
         seg_off = c.rcv_nxt
@@ -214,9 +216,9 @@ class Receive:
         if seg_off > c.snd_wl1 or (seg_off == c.snd_wl1 and c.snd_una == c.snd_wl2):
             c.snd_wl1 = seg_off
             c.snd_wl2 = c.snd_una
-            if c.snd_wnd and c.timers.probe_deadline != INF:
-                c.timers.probe_deadline = INF
-                c.timers.probes_out = 0
+            if c.snd_wnd and tm.probe_deadline != INF:
+                tm.probe_deadline = INF
+                tm.probes_out = 0
         plen = len(payload)
         c.last_rcv_time = now
         c.data_segs_in += 1
@@ -231,9 +233,9 @@ class Receive:
         if c.on_readable is not None:
             c.on_readable(c)
         # output() has work only for these conditions; otherwise it would change nothing.
-        if (self.ack_now or rec.lost_bytes or c.keepalive or c.timers.probe_deadline != INF
+        if (self.ack_now or rec.lost_bytes or c.keepalive or tm.probe_deadline != INF
                 or c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0)
-                or (c.snd_max > c.snd_una and c.timers.rto_deadline == INF)):
+                or (c.snd_max > c.snd_una and tm.rto_deadline == INF)):
             c.tx.run(now)
         c.reschedule()
 
@@ -252,4 +254,3 @@ class Receive:
         else:
             c.pred_flags = 0
 
-    # METHODS-HERE

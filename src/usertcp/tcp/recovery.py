@@ -357,6 +357,7 @@ class Recovery:
         """RFC 9293 §3.10.7.4 fifth step for an acceptable ACK (Linux tcp_ack): SACK blocks,
         the send window, then a cumulative advance or a duplicate ACK, and the recovery state."""
         c = self.conn
+        tm = c.timers
         prior_una = c.snd_una
         prior_in_flight = c.in_flight
         flags = seg.flags
@@ -398,8 +399,8 @@ class Recovery:
         if not plen and ack_off >= prior_una and flags == ACK:
             c.mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
-            c.timers.tlp_deadline = INF
-            c.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+            tm.tlp_deadline = INF
+            tm.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
 
     def _cumulative_ack(self, ack_off: int, seg: Segment, ece: bool, newly_sacked: int,
                         prior_in_flight: int, now: float) -> None:
@@ -466,6 +467,7 @@ class Recovery:
     def ack_advance(self, ack_off: int, now: float, ts_ecr: int = 0) -> int:
         """SND.UNA advances to ``ack_off``: drop acknowledged data, sample RTT (RFC 6298)."""
         c = self.conn
+        tm = c.timers
         acked = ack_off - c.snd_una
         rtx = self.rtx
         rtt_sample: float | None = None
@@ -514,26 +516,28 @@ class Recovery:
             c.snd_max = ack_off
         c.bytes_acked += acked
         c.delivered += acked
-        if c.timers.tlp_high >= 0 and ack_off >= c.timers.tlp_high:
-            c.timers.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
+        if tm.tlp_high >= 0 and ack_off >= tm.tlp_high:
+            tm.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
         # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
         self.acked_unsacked = acked_unsacked
         if c.on_writable is not None and data_end > 0:
             c.on_writable(c)
         # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
         c.rtt.reset_backoff()
-        c.timers.retransmits = 0
-        c.timers.first_rto_time = now
+        tm.retransmits = 0
+        tm.first_rto_time = now
         if c.snd_una >= c.snd_max:
-            c.timers.rto_deadline = INF
+            tm.rto_deadline = INF
         else:
-            c.timers.rto_deadline = now + c.rtt.timeout
+            tm.rto_deadline = now + c.rtt.timeout
         c.fin_acked(now)
         return acked
 
     def fast_ack(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
         """Predicted pure ACK of new data: the slow path's effects for exactly this case."""
         c = self.conn
+        tx = c.tx
+        tm = c.timers
         c.segs_in += 1
         seg_off = c.rcv_nxt
         if ts_val >= 0 and seg_off <= c.last_ack_sent and not (ts_val - c.ts_recent) & 0x80000000:
@@ -542,18 +546,17 @@ class Recovery:
         prior_in_flight = c.in_flight
         c.snd_wl1 = seg_off
         c.snd_wl2 = ack_off
-        if c.snd_wnd and c.timers.probe_deadline != INF:
-            c.timers.probe_deadline = INF
-            c.timers.probes_out = 0
+        if c.snd_wnd and tm.probe_deadline != INF:
+            tm.probe_deadline = INF
+            tm.probes_out = 0
         self.ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
         self.dupacks = 0
-        c.timers.tlp_deadline = INF
-        c.timers.arm_tlp(now)
+        tm.tlp_deadline = INF
+        tm.arm_tlp(now)
         c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
                        app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
         if c.state is not State.CLOSED:
-            c.tx.run(now)
-            c.tx.check_space()
+            tx.run(now)
+            tx.check_space()
         c.reschedule()
 
-    # METHODS-HERE

@@ -59,6 +59,8 @@ class Timers:
 
     def handle(self, now: float) -> None:
         c = self.conn
+        tx = c.tx
+        rec = c.recovery
         if c.state is State.CLOSED:
             return
         self.tx_refused = False
@@ -70,11 +72,11 @@ class Timers:
             return
         if now >= self.rack_deadline:
             self.rack_deadline = INF
-            c.recovery.detect_losses(now)
-            if c.recovery.lost_bytes and c.recovery.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
-                c.recovery.enter_recovery(now)
+            rec.detect_losses(now)
+            if rec.lost_bytes and rec.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
+                rec.enter_recovery(now)
                 if c.sack_ok:
-                    c.recovery.prr(c.mss)      # Linux tcp_rack_reo_timeout: one segment's worth
+                    rec.prr(c.mss)      # Linux tcp_rack_reo_timeout: one segment's worth
         if now >= self.tlp_deadline:
             self.tlp_deadline = INF
             self.on_tlp(now)        # re-arms the RTO when it sends a probe
@@ -86,7 +88,7 @@ class Timers:
             self.delack_deadline = INF
             if c.rx.ack_pending:
                 c.mib["TcpExtDelayedACKs"] += 1
-                c.tx.send_ack(now)
+                tx.send_ack(now)
         if c.state is not State.CLOSED and now >= self.probe_deadline:
             self.probe_deadline = INF
             self.on_probe(now)
@@ -96,44 +98,53 @@ class Timers:
         if c.state is not State.CLOSED and not self.tx_refused:
             # After a refusal the timer handlers above have re-armed their retry; like Linux's
             # timers, do not hammer the full local queue again in the same event.
-            c.tx.run(now)
+            tx.run(now)
         c.reschedule()
+
+    def syn_timeout(self, now: float) -> None:
+        """The handshake's RTO: resend the SYN or SYN-ACK, or give up after the retries."""
+        c = self.conn
+        cfg = c.config
+        st = c.state
+        limit = cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries
+        if c.syn_retries >= limit or self.user_timeout_expired(now):
+            if st is State.SYN_RECEIVED and c.passive:
+                c.stack.forget_embryonic(c)
+            c.fail(errno.ETIMEDOUT, now)
+            return
+        c.syn_retries += 1
+        # A passive open resends its SYN-ACK as a request sock (tcp_rtx_synack counts only
+        # what left); an active one retransmits its SYN like data (__tcp_retransmit_skb).
+        passive = st is State.SYN_RECEIVED and c.passive
+        if not passive:
+            self.count_syn_retrans()
+        c.stack.syn_rto(c, now)
+        if c.tx.send_syn(now):
+            if passive:
+                self.count_syn_retrans()
+        elif not passive:
+            # Linux tcp_retransmit_timer: local congestion, retry soon without backoff.
+            self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
+            return
+        elif c.listener is None or c not in c.listener.tfo_children:
+            # Linux reqsk_timer_handler: a request whose SYN-ACK cannot be resent is
+            # dropped (a TFO child, tcp_fastopen_synack_timer, ignores the error).
+            c.mib["UsertcpSynAckLocalDrops"] += 1
+            c.stack.forget_embryonic(c)
+            c.close_now(now)
+            return
+        c.rtt.on_timeout()
+        self.rto_deadline = now + c.rtt.timeout
 
     def on_rto(self, now: float) -> None:
         """RFC 6298 §5.4-5.6 and RFC 5681 §3.1: a retransmission timeout."""
         c = self.conn
+        tx = c.tx
+        rec = c.recovery
         cfg = c.config
         st = c.state
         if st is State.SYN_SENT or st is State.SYN_RECEIVED:
-            limit = cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries
-            if c.syn_retries >= limit or self.user_timeout_expired(now):
-                if st is State.SYN_RECEIVED and c.passive:
-                    c.stack.forget_embryonic(c)
-                c.fail(errno.ETIMEDOUT, now)
-                return
-            c.syn_retries += 1
-            # A passive open resends its SYN-ACK as a request sock (tcp_rtx_synack counts only
-            # what left); an active one retransmits its SYN like data (__tcp_retransmit_skb).
-            passive = st is State.SYN_RECEIVED and c.passive
-            if not passive:
-                self.count_syn_retrans()
-            c.stack.syn_rto(c, now)
-            if c.tx.send_syn(now):
-                if passive:
-                    self.count_syn_retrans()
-            elif not passive:
-                # Linux tcp_retransmit_timer: local congestion, retry soon without backoff.
-                self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
-                return
-            elif c.listener is None or c not in c.listener.tfo_children:
-                # Linux reqsk_timer_handler: a request whose SYN-ACK cannot be resent is
-                # dropped (a TFO child, tcp_fastopen_synack_timer, ignores the error).
-                c.mib["UsertcpSynAckLocalDrops"] += 1
-                c.stack.forget_embryonic(c)
-                c.close_now(now)
-                return
-            c.rtt.on_timeout()
-            self.rto_deadline = now + c.rtt.timeout
+            self.syn_timeout(now)
             return
         if c.snd_una >= c.snd_max:
             return
@@ -144,35 +155,35 @@ class Timers:
         self.tlp_high = -1
         self.rack_deadline = INF
         # Linux tcp_enter_loss: ssthresh is not cut again inside a CWR reduction's window.
-        cwr_window = c.recovery.ca_state == CA_CWR and c.recovery.recover > c.snd_una
+        cwr_window = rec.ca_state == CA_CWR and rec.recover > c.snd_una
         c.cc.on_rto(now, c.cc.cwnd, first_timeout=self.retransmits == 0 and not cwr_window)
-        c.recovery.ecn_queue_cwr()
-        old_ca = c.recovery.ca_state
-        c.recovery.ca_state = CA_LOSS
+        rec.ecn_queue_cwr()
+        old_ca = rec.ca_state
+        rec.ca_state = CA_LOSS
         if c.stack.tracer is not None:
             c.stack.trace(c, "tcp:rto_fired",
                              {"backoff": c.rtt.backoff, "rto": c.rtt.timeout}, now)
-            c.recovery.trace_ca(old_ca, "rto", now)
-        c.recovery.recover = c.snd_max
-        c.recovery.reno_dupacks = 0
-        c.recovery.dupacks = 0
+            rec.trace_ca(old_ca, "rto", now)
+        rec.recover = c.snd_max
+        rec.reno_dupacks = 0
+        rec.dupacks = 0
         # Linux tcp_timeout_mark_lost: a SACKed head at an RTO means the receiver reneged
         # (RFC 2018 §8): forget every SACK mark, and retransmit from SND.UNA.
-        reneged = bool(c.recovery.rtx) and c.recovery.rtx[0].sacked
+        reneged = bool(rec.rtx) and rec.rtx[0].sacked
         if reneged:
             c.mib["TcpExtTCPSACKReneging"] += 1
-            c.recovery.sacked_bytes = 0
-        for r in c.recovery.rtx:
+            rec.sacked_bytes = 0
+        for r in rec.rtx:
             if reneged:
                 r.sacked = False
             if r.retrans:
                 r.retrans = False
             if not r.sacked and not r.lost:
                 r.lost = True
-        c.recovery.retrans_bytes = 0
-        c.recovery.lost_bytes = sum(r.end - r.start for r in c.recovery.rtx if r.lost)
+        rec.retrans_bytes = 0
+        rec.lost_bytes = sum(r.end - r.start for r in rec.rtx if r.lost)
         self.retransmits += 1
-        if c.recovery.rtx and not c.tx.retransmit(c.recovery.rtx[0], now):
+        if rec.rtx and not tx.retransmit(rec.rtx[0], now):
             # Linux tcp_retransmit_timer: the retransmission failed for local congestion; retry
             # after TCP_RESOURCE_PROBE_INTERVAL, without backing the RTO off.
             self.rto_deadline = now + RESOURCE_PROBE_INTERVAL
@@ -213,24 +224,26 @@ class Timers:
     def on_tlp(self, now: float) -> None:
         """RFC 8985 §7.3: send one new segment if possible, else retransmit the last one."""
         c = self.conn
-        if c.snd_max <= c.snd_una or c.recovery.ca_state not in (CA_OPEN, CA_CWR):
+        tx = c.tx
+        rec = c.recovery
+        if c.snd_max <= c.snd_una or rec.ca_state not in (CA_OPEN, CA_CWR):
             return
         data_end = c.snd_buf.end + 1
         room = c.snd_una + c.snd_wnd - c.snd_nxt
         avail = data_end - c.snd_nxt
         if avail > 0 and room > 0:
             size = min(c.mss, avail, room)
-            sent = c.tx.emit_new(now, c.snd_nxt, size,
+            sent = tx.emit_new(now, c.snd_nxt, size,
                                   fin=c.fin_queued and c.snd_nxt + size == data_end)
         elif avail <= 0 and c.fin_queued and c.snd_nxt == data_end:
-            sent = c.tx.emit_new(now, c.snd_nxt, 0, fin=True)
+            sent = tx.emit_new(now, c.snd_nxt, 0, fin=True)
         else:
-            idx = len(c.recovery.rtx) - 1
-            while idx >= 0 and c.recovery.rtx[idx].sacked:
+            idx = len(rec.rtx) - 1
+            while idx >= 0 and rec.rtx[idx].sacked:
                 idx -= 1
             if idx < 0:
                 return
-            r = c.recovery.rtx[idx]
+            r = rec.rtx[idx]
             if r.end - r.start > c.mss + (1 if r.fin else 0):
                 # Probe with the last MSS of a super-segment.
                 cut = r.end - c.mss - (1 if r.fin else 0)
@@ -239,13 +252,13 @@ class Timers:
                 tail.lost, tail.first_tx = r.lost, r.first_tx
                 r.end = cut
                 r.fin = False
-                c.recovery.rtx.insert(idx + 1, tail)
+                rec.rtx.insert(idx + 1, tail)
                 r = tail
                 idx += 1
             if r.retrans:
                 return
             c.mib["TcpExtTCPLossProbeRecovery" if r.lost else "UsertcpLossProbeRetrans"] += 1
-            sent = c.tx.retransmit(r, now, idx)
+            sent = tx.retransmit(r, now, idx)
         if not sent:
             return      # Linux tcp_send_loss_probe: refused locally, the RTO stays as armed
         c.mib["TcpExtTCPLossProbes"] += 1
@@ -255,9 +268,10 @@ class Timers:
     def user_timeout_expired(self, now: float) -> bool:
         """RFC 5482 / Linux retransmits_timed_out: time since the oldest unacked data first left."""
         c = self.conn
+        rec = c.recovery
         if not c.user_timeout:
             return False
-        start = c.recovery.rtx[0].first_tx if c.recovery.rtx else self.first_rto_time
+        start = rec.rtx[0].first_tx if rec.rtx else self.first_rto_time
         return now - start >= c.user_timeout
 
     def on_probe(self, now: float) -> None:
@@ -267,6 +281,7 @@ class Timers:
         queue refused is retried every TCP_RESOURCE_PROBE_INTERVAL without backoff; the count
         (tcpi_probes) still grows, and TCP_USER_TIMEOUT runs from the episode's first probe."""
         c = self.conn
+        tx = c.tx
         data_end = c.snd_buf.end + 1
         fin_unsent = c.fin_queued and c.snd_nxt == data_end
         if c.snd_nxt > c.snd_una or (c.unsent_bytes == 0 and not fin_unsent):
@@ -284,7 +299,7 @@ class Timers:
         if room > 0:
             # Linux tcp_write_wakeup: the window is open, so send held data now, with PSH.
             size = min(c.mss, c.unsent_bytes, room)
-            if c.tx.emit_new(now, c.snd_nxt, size, fin=fin_unsent or (c.fin_queued and
+            if tx.emit_new(now, c.snd_nxt, size, fin=fin_unsent or (c.fin_queued and
                                                                         c.snd_nxt + size == data_end),
                               force_psh=True):
                 self.end_probes()          # in flight now: the RTO takes over
@@ -292,7 +307,7 @@ class Timers:
             sent = False
         else:
             c.mib["UsertcpWindowProbes"] += 1
-            sent = c.tx.emit(now, c.snd_una - 1, ACK)
+            sent = tx.emit(now, c.snd_una - 1, ACK)
         self.probes_out += 1
         if sent:
             self.probe_backoff = min(self.probe_backoff + 1, c.config.retries2)
@@ -347,4 +362,3 @@ class Timers:
             self.probe_deadline = INF
             self.probes_out = 0
 
-    # METHODS-HERE
