@@ -433,6 +433,27 @@ class Connection:
         if ecn:
             self.ecn_flags = ECN_OK
 
+    def pmtu_reduced(self, mtu: int) -> bool:
+        """A path MTU report (RFC 1191, RFC 8201): if it is smaller, take it and recompute
+        the MSS; False if it is not smaller than what is known."""
+        if mtu >= (self.pmtu or self.config.mtu):
+            return False
+        self.pmtu = mtu
+        self.compute_mss()
+        return True
+
+    def icmp_error(self, err: int) -> None:
+        """An ICMP error for an established connection (RFC 1122 §4.2.3.9, Linux tcp_v4_err):
+        hard with IP_RECVERR (reported and wakes the application), else kept as a soft error."""
+        if not self.recverr:
+            self.soft_error = err
+            return
+        self.error = err
+        if self.on_readable is not None:
+            self.on_readable(self)
+        if self.on_writable is not None:
+            self.on_writable(self)
+
     def _negotiate(self, seg: Segment, now: float) -> None:
         """Options from the peer's SYN (RFC 7323 §2.2/§3.2, RFC 2018 §2, RFC 9293 §3.7.1)."""
         cfg = self.config

@@ -26,7 +26,6 @@ from usertcp.wire.icmp import IcmpMessage
 
 from .connection import State
 from .output import IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT
-from .recovery import CA_LOSS
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -127,14 +126,7 @@ def icmp_arrives(stack: Stack, msg: IcmpMessage, now: float) -> None:
         # fast-open child stays in the accept queue and reports it there.
         conn.fail(err, now)
         return
-    if conn.recverr:
-        conn.error = err
-        if conn.on_readable is not None:
-            conn.on_readable(conn)
-        if conn.on_writable is not None:
-            conn.on_writable(conn)
-    else:
-        conn.soft_error = err
+    conn.icmp_error(err)
 
 
 def _classify(msg: IcmpMessage) -> tuple[int, bool, int]:
@@ -180,48 +172,25 @@ def _rto_revert_allowed(msg: IcmpMessage) -> bool:
 def rto_revert(conn: Connection, now: float) -> None:
     """RFC 6069 §4 (Linux tcp_ld_RTO_revert): the RTO was lengthened by backoff while the path
     was down, and a router says so: undo one doubling and re-arm from the head's send time."""
-    if not conn.timers.retransmits or not conn.rtt.backoff or not conn.recovery.rtx:
-        return
-    conn.rtt.backoff -= 1
-    remaining = conn.rtt.timeout - (now - conn.recovery.rtx[0].tx_time)
-    conn.mib["UsertcpRtoReverted"] += 1
-    if remaining > 0:
-        conn.timers.rto_deadline = now + remaining
-        conn.reschedule()
-    else:
-        conn.timers.on_rto(now)                 # the undone backoff has already run out
+    if conn.timers.rto_revert(now):
+        conn.mib["UsertcpRtoReverted"] += 1
         conn.reschedule()
 
 
 def mtu_reduced(conn: Connection, mtu: int, now: float) -> None:
     """RFC 1191 §6.3 / RFC 8201 §5.2 (Linux tcp_v4_mtu_reduced): a smaller path MTU lowers the
     MSS, and what was sent larger is lost: retransmit it now, without a congestion response."""
-    current = conn.pmtu or conn.config.mtu
-    if mtu >= current or conn.state in (State.CLOSED, State.LISTEN):
+    if conn.state in (State.CLOSED, State.LISTEN):
         return
     if conn.pmtudisc not in (IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE):
         return            # IP_PMTUDISC_DONT / INTERFACE / OMIT: the socket ignores reports
-    conn.pmtu = mtu
     old_mss = conn.mss
-    conn.compute_mss()
+    if not conn.pmtu_reduced(mtu):
+        return
     conn.mib["UsertcpPmtuReductions"] += 1
-    if conn.mss >= old_mss:
-        return
-    # Linux tcp_simple_retransmit: mark lost every in-flight segment longer than the new MSS.
-    marked = False
-    for r in conn.recovery.rtx:
-        if not r.sacked and r.end - r.start - (1 if r.fin else 0) > conn.mss:
-            conn.recovery.mark_lost(r)
-            marked = True
-    if not marked:
-        return
-    if conn.recovery.ca_state != CA_LOSS:
-        # Linux: no cwnd change ("don't muck with the congestion window"), only the loss state
-        # so that the marked segments go out now and recovery ends at today's SND.MAX.
-        conn.recovery.ca_state = CA_LOSS
-        conn.recovery.recover = conn.snd_max
-    conn.output(now)                  # _retransmit arms the RTO if it is not running
-    conn.reschedule()
+    if conn.mss < old_mss and conn.recovery.mark_oversized_lost():
+        conn.output(now)                  # the retransmission arms the RTO if it is not running
+        conn.reschedule()
 
 
 def _fastopen_pending(conn: Connection) -> bool:

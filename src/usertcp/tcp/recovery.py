@@ -533,6 +533,21 @@ class Recovery:
         c.fin_acked(now)
         return acked
 
+    def mark_oversized_lost(self) -> bool:
+        """Linux tcp_simple_retransmit after a path-MTU drop: every segment longer than the
+        new MSS is lost, and the loss state (no cwnd change) sends them now, ending recovery
+        at today's SND.MAX. True if anything was marked."""
+        c = self.conn
+        marked = False
+        for r in self.rtx:
+            if not r.sacked and r.end - r.start - (1 if r.fin else 0) > c.mss:
+                self.mark_lost(r)
+                marked = True
+        if marked and self.ca_state != CA_LOSS:
+            self.ca_state = CA_LOSS
+            self.recover = c.snd_max
+        return marked
+
     def fast_ack(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
         """Predicted pure ACK of new data: the slow path's effects for exactly this case."""
         c = self.conn

@@ -101,6 +101,20 @@ class Timers:
             tx.run(now)
         c.reschedule()
 
+    def rto_revert(self, now: float) -> bool:
+        """RFC 6069 §4: undo one RTO doubling and re-arm from the head's send time (running
+        the timeout now if the shorter RTO has already passed); False if nothing to undo."""
+        c = self.conn
+        if not self.retransmits or not c.rtt.backoff or not c.recovery.rtx:
+            return False
+        c.rtt.undo_backoff()
+        remaining = c.rtt.timeout - (now - c.recovery.rtx[0].tx_time)
+        if remaining > 0:
+            self.rto_deadline = now + remaining
+        else:
+            self.on_rto(now)                 # the undone backoff has already run out
+        return True
+
     def syn_timeout(self, now: float) -> None:
         """The handshake's RTO: resend the SYN or SYN-ACK, or give up after the retries."""
         c = self.conn
