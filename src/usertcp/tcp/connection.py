@@ -433,6 +433,29 @@ class Connection:
         if ecn:
             self.ecn_flags = ECN_OK
 
+    def accept_syn_data(self, payload: memoryview, fin: bool) -> None:
+        """A fast-open SYN's data (and FIN) is received at SYN time and acknowledged by the
+        SYN-ACK (RFC 7413 §4.2.2, Linux tcp_fastopen_add_skb)."""
+        plen = len(payload)
+        if plen:
+            self.rcv_buf.append(payload)
+            self.rcv_nxt += plen
+            self.bytes_received += plen
+            self.data_segs_in += 1
+        if fin:
+            self.rcv_nxt += 1
+            self.fin_received = True     # _establish_passive moves on to CLOSE_WAIT
+        if plen or fin:
+            self.syn_data_acked = True   # tcpi_options TCPI_OPT_SYN_DATA
+        self.rcv_adv = max(self.rcv_adv, self.rcv_nxt)
+
+    def rewind_syn_data(self, to_off: int) -> None:
+        """Data sent with the SYN (or SYN-ACK) was not all acknowledged: send again from
+        ``to_off`` now rather than at the RTO (Linux tcp_rcv_fastopen_synack)."""
+        self.recovery.rtx.clear()
+        self.snd_nxt = to_off
+        self.total_retrans += 1
+
     def pmtu_reduced(self, mtu: int) -> bool:
         """A path MTU report (RFC 1191, RFC 8201): if it is smaller, take it and recompute
         the MSS; False if it is not smaller than what is known."""

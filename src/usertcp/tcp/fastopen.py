@@ -159,18 +159,7 @@ class FastOpen:
         mib = conn.mib
         mib["TcpExtTCPFastOpenPassive"] += 1
         # tcp_fastopen_add_skb: the SYN's data (and FIN) is received now and acked in the SYN-ACK.
-        plen = len(seg.payload)
-        if plen:
-            conn.rcv_buf.append(seg.payload)
-            conn.rcv_nxt += plen
-            conn.bytes_received += plen
-            conn.data_segs_in += 1
-        if seg.flags & FIN:
-            conn.rcv_nxt += 1
-            conn.fin_received = True     # Connection._establish_passive moves on to CLOSE_WAIT
-        if plen or seg.flags & FIN:
-            conn.syn_data_acked = True   # tcpi_options TCPI_OPT_SYN_DATA
-        conn.rcv_adv = max(conn.rcv_adv, conn.rcv_nxt)
+        conn.accept_syn_data(seg.payload, bool(seg.flags & FIN))
         if preload:
             # RFC 6691 / RFC 9293 §3.7.1: the peer's MSS excludes TCP options, so the SYN-ACK's
             # options come out of it; then the peer's (unscaled) SYN window and our IW.
@@ -272,9 +261,7 @@ class FastOpen:
         if st.synack_data and 0 < ack_off < end:
             # Patches 5/6: the data in the SYN-ACK was not (all) taken; go back to the ACK
             # point (the head is trimmed by the ACK) and send the rest now, not at the RTO.
-            conn.recovery.rtx.clear()
-            conn.snd_nxt = ack_off
-            conn.total_retrans += 1
+            conn.rewind_syn_data(ack_off)
             conn.mib["UsertcpSynAckDataRetrans"] += 1
         return st.queued
 
@@ -296,12 +283,10 @@ class FastOpen:
             entry.syn_loss += 1           # Linux: SYN timed out, no cookie: note a SYN loss
         if st.syn_data > 0:
             if conn.snd_una < 1 + st.syn_data:
-                conn.recovery.rtx.clear()
-                conn.snd_nxt = conn.snd_una
-                conn.total_retrans += 1
+                conn.rewind_syn_data(conn.snd_una)
                 mib["TcpExtTCPFastOpenActiveFail"] += 1
             else:
-                conn.syn_data_acked = True
+                conn.syn_data_acked = True   # tcpi_options TCPI_OPT_SYN_DATA
                 mib["TcpExtTCPFastOpenActive"] += 1
 
 
