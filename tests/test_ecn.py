@@ -20,17 +20,10 @@ from usertcp.net.impair import ImpairConfig, ImpairedEndpoint, parse_impair
 from usertcp.net.memnet import LinkConfig, ce_mark
 from usertcp.tcp import syncookies as sc
 from usertcp.tcp.config import StackConfig
-from usertcp.tcp.connection import (
-    CA_CWR,
-    CA_OPEN,
-    ECN_DEMAND_CWR,
-    ECN_OK,
-    ECN_QUEUE_CWR,
-    TCPI_OPT_ECN,
-    TCPI_OPT_ECN_SEEN,
-    Connection,
-)
+from usertcp.tcp.connection import Connection
+from usertcp.tcp.info import TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN
 from usertcp.tcp.invariants import check_invariants
+from usertcp.tcp.recovery import CA_CWR, CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_QUEUE_CWR
 from usertcp.wire.packet import build_packet, parse_packet
 from usertcp.wire.segment import ACK, CWR, ECE, ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, SYN, TxPacket
 from usertcp.wire.tcp import encode_options
@@ -201,8 +194,8 @@ def test_ce_echo_until_cwr(fast_path: bool) -> None:
     is ACKed at once (Linux __tcp_ecn_check_ce, tcp_ecn_accept_cwr)."""
     p = ecn_peer(2, header_prediction=fast_path)
     conn = passive_ecn(p)
-    conn.quickack = 0                                  # past the initial quick-ACK phase
-    conn.pingpong = False
+    conn.rx.quickack = 0                                  # past the initial quick-ACK phase
+    conn.rx.pingpong = False
     seq = 1
     p.send(".", seq, 1, payload=b"a" * 100, tos=ECT0)
     seq += 100
@@ -233,7 +226,7 @@ def test_not_ect_data_after_ect_is_acked_quickly() -> None:
     """Linux __tcp_ecn_check_ce: non-ECT data after ECT was seen is likely a retransmission."""
     p = ecn_peer(2)
     conn = passive_ecn(p)
-    conn.quickack = 0
+    conn.rx.quickack = 0
     p.send(".", 1, 1, payload=b"a" * 100, tos=ECT0)
     p.expect_nothing()
     p.send(".", 101, 1, payload=b"b" * 100, tos=0)
@@ -246,7 +239,7 @@ def test_no_ecn_flags_without_negotiation() -> None:
     p.passive_open()
     conn = p.conn
     assert conn is not None and not conn.ecn_flags
-    conn.quickack = 0
+    conn.rx.quickack = 0
     p.send(".", 1, 1, payload=b"a" * 100, tos=CE)
     p.expect_nothing()                                 # delayed as usual
     p.advance(0.05)
@@ -270,12 +263,12 @@ def test_ece_reduces_cwnd_once_per_window_and_sends_cwr() -> None:
     conn = _sender_in_flight(p, 10)
     cwnd0 = conn.cc.cwnd
     p.send(".E", 1, 1 + 2 * MSS)                        # two segments acked, with ECE
-    assert conn.ca_state == CA_CWR
+    assert conn.recovery.ca_state == CA_CWR
     assert p.stack.counters["UsertcpECNCwndReductions"] == 1
     ssthresh = conn.cc.ssthresh
     assert ssthresh == int(cwnd0 * 0.7)                 # CUBIC beta (RFC 9438 §4.6)
     assert conn.cc.cwnd < cwnd0
-    assert conn.recover == 1 + 10 * MSS                 # the window: what was sent at the ECE
+    assert conn.recovery.recover == 1 + 10 * MSS                 # the window: what was sent at the ECE
     conn.send(b"y" * (4 * MSS), p.now)
     out = p.drain()
     assert out, "PRR lets new data out"
@@ -290,11 +283,11 @@ def test_ece_reduces_cwnd_once_per_window_and_sends_cwr() -> None:
     p.drain()
     # Everything of the window acked (past recover): the reduction ends at ssthresh.
     p.send(".", 1, 1 + 10 * MSS + MSS)
-    assert conn.ca_state == CA_OPEN
+    assert conn.recovery.ca_state == CA_OPEN
     check_invariants(p.stack)
     # A new echo after the window is a new congestion signal.
     p.send(".E", 1, 1 + 12 * MSS)
-    assert conn.ca_state == CA_CWR and p.stack.counters["UsertcpECNCwndReductions"] == 2
+    assert conn.recovery.ca_state == CA_CWR and p.stack.counters["UsertcpECNCwndReductions"] == 2
     assert conn.cc.ssthresh < ssthresh
     check_invariants(p.stack)
 
@@ -305,7 +298,7 @@ def test_ece_ignored_without_negotiation() -> None:
     conn.send(b"z" * (4 * MSS), p.now)
     p.drain()
     p.send(".E", 1, 1 + 2 * MSS)
-    assert conn.ca_state == CA_OPEN and "UsertcpECNCwndReductions" not in p.stack.counters
+    assert conn.recovery.ca_state == CA_OPEN and "UsertcpECNCwndReductions" not in p.stack.counters
 
 
 def test_loss_in_cwr_does_not_reduce_again() -> None:
@@ -314,7 +307,7 @@ def test_loss_in_cwr_does_not_reduce_again() -> None:
     p = ecn_peer(2)
     conn = _sender_in_flight(p, 10)
     p.send(".E", 1, 1 + MSS)
-    assert conn.ca_state == CA_CWR
+    assert conn.recovery.ca_state == CA_CWR
     ssthresh = conn.cc.ssthresh
     p.drain()
     for _ in range(3):

@@ -34,7 +34,7 @@ def test_zero_window_probes_back_off_and_data_resumes() -> None:
     peer.send(".", 1, 1, win=65535)              # the window opens: data flows at once
     sent = peer.drain()
     assert sum(len(s.seg.payload) for s in sent) == 3000
-    assert conn.probes_out == 0
+    assert conn.timers.probes_out == 0
 
 
 def test_nagle_holds_a_second_small_segment_until_the_ack() -> None:

@@ -100,10 +100,10 @@ def test_invariant_checker_catches_corruption() -> None:
     check_invariants(p.stack)
     ep = CheckedEndpoint(p.stack)
     ep.handle_timer(p.now)
-    conn.lost_bytes += 1
+    conn.recovery.lost_bytes += 1
     with pytest.raises(InvariantViolation, match="scoreboard"):
         check_invariants(p.stack)
-    conn.lost_bytes -= 1
+    conn.recovery.lost_bytes -= 1
     conn.snd_nxt = conn.snd_max + 1
     with pytest.raises(InvariantViolation, match="snd-order"):
         ep.receive(b"", p.now)
@@ -135,7 +135,7 @@ def test_regression_sacked_head_at_rto_is_sack_reneging() -> None:
     # Linux tcp_timeout_mark_lost: the SACK marks are forgotten (TCPSACKReneging), no leak.
     p, conn = sacked_head_at_rto()
     assert p.stack.counters["TcpExtTCPSACKReneging"] == 1
-    assert conn.retrans_bytes == 0 and conn.in_flight == 0
+    assert conn.recovery.retrans_bytes == 0 and conn.in_flight == 0
     check_invariants(p.stack)
 
 

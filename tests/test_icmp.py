@@ -249,9 +249,9 @@ def test_unreachable_undoes_one_rto_backoff() -> None:
     while conn.rtt.backoff < 3:               # a few timeouts while "the path is down"
         peer.advance(0.1)
     peer.drain()
-    backoff, deadline = conn.rtt.backoff, conn.rto_deadline
+    backoff, deadline = conn.rtt.backoff, conn.timers.rto_deadline
     peer.inject(unreach(peer, icmp.ICMP_NET_UNREACH, 1))
-    assert conn.rtt.backoff == backoff - 1 and conn.rto_deadline < deadline   # RFC 6069 §4
+    assert conn.rtt.backoff == backoff - 1 and conn.timers.rto_deadline < deadline   # RFC 6069 §4
     assert peer.stack.counters["UsertcpRtoReverted"] == 1
     # An error quoting a later sequence number is no evidence about the head: no revert.
     peer.inject(unreach(peer, icmp.ICMP_NET_UNREACH, 50))

@@ -56,7 +56,7 @@ def test_refused_data_is_kept_and_probed_every_500ms_without_backoff() -> None:
     assert conn.send(b"x" * 100, peer.now) == 100
     peer.expect_nothing()
     # tcp_write_xmit stopped at the refused skb: nothing in flight, the data is still unsent.
-    assert conn.snd_nxt == conn.snd_una == 1 and conn.unsent_bytes == 100 and not conn.rtx
+    assert conn.snd_nxt == conn.snd_una == 1 and conn.unsent_bytes == 100 and not conn.recovery.rtx
     peer.advance(rto + 4 * 0.5 + 0.01)
     # The write, the probe timer one RTO later (tcp_check_probe_timer), then every 500 ms.
     assert queue.refused[0] == 0.0
@@ -69,7 +69,7 @@ def test_refused_data_is_kept_and_probed_every_500ms_without_backoff() -> None:
     queue.full = False
     peer.advance(0.5)
     peer.expect("P.", 1, 1, payload_len=100)
-    assert conn.probes_out == 0 and conn.probe_deadline == float("inf")
+    assert conn.timers.probes_out == 0 and conn.timers.probe_deadline == float("inf")
     peer.send(".", 1, 101)
     assert conn.snd_una == 101 and conn.state is State.ESTABLISHED
 
@@ -81,7 +81,7 @@ def test_user_timeout_counts_from_the_first_probe() -> None:
     conn.user_timeout = 3.0
     queue = Queue(peer)
     conn.send(b"y" * 24, peer.now)
-    first_probe = conn.probe_deadline
+    first_probe = conn.timers.probe_deadline
     peer.advance(first_probe - peer.now + 2.9)
     assert conn.state is State.ESTABLISHED and conn.info()["tcpi_probes"] == 6
     peer.advance(0.2)
@@ -98,7 +98,7 @@ def test_probe_interval_is_clamped_to_the_user_timeout() -> None:
     conn.user_timeout = 1.2
     queue = Queue(peer)
     conn.send(b"y" * 24, peer.now)
-    first_probe = conn.probe_deadline
+    first_probe = conn.timers.probe_deadline
     peer.advance(first_probe - peer.now + 2.0)
     assert conn.state is State.CLOSED and conn.error == errno.ETIMEDOUT
     probes = [t for t in queue.refused if t >= first_probe - 1e-9]
@@ -114,16 +114,16 @@ def test_refused_retransmission_retries_in_500ms_and_keeps_the_rto_unbacked() ->
     rto = conn.rtt.timeout
     peer.advance(rto + 0.01)                                  # the RTO: its retransmission is refused
     assert queue.refused == [pytest.approx(rto)]
-    assert conn.rtt.backoff == 0 and conn.retransmits == 1
-    assert conn.rto_deadline == pytest.approx(rto + 0.5)
+    assert conn.rtt.backoff == 0 and conn.timers.retransmits == 1
+    assert conn.timers.rto_deadline == pytest.approx(rto + 0.5)
     assert peer.stack.counters["TcpExtTCPRetransFail"] == 1
-    assert conn.retrans_bytes == 0                            # not in flight (no SACKED_RETRANS)
+    assert conn.recovery.retrans_bytes == 0                            # not in flight (no SACKED_RETRANS)
     peer.advance(0.5)
     assert _gaps(queue.refused) == [0.5]
     queue.full = False
     peer.advance(0.5)
     seg = peer.expect(".", 1, 1, payload_len=100)             # the retransmission leaves at last
-    assert seg is not None and conn.rtt.backoff == 1 and conn.retrans_bytes == 100
+    assert seg is not None and conn.rtt.backoff == 1 and conn.recovery.retrans_bytes == 100
     peer.send(".", 1, 101)
     assert conn.snd_una == 101
 
@@ -132,7 +132,8 @@ def test_refused_pure_ack_is_simply_lost() -> None:
     peer, conn = _open()
     queue = Queue(peer)
     peer.send("P.", 1, 1, payload=b"hello")
-    assert len(queue.refused) == 1 and conn.ack_pending == 0 and conn.delack_deadline == float("inf")
+    assert len(queue.refused) == 1 and conn.rx.ack_pending == 0
+    assert conn.timers.delack_deadline == float("inf")
     assert conn.rcv_nxt == 6
     peer.advance(5.0)
     assert len(queue.refused) == 1                            # no timer retries an ACK
@@ -148,7 +149,7 @@ def test_refused_syn_is_a_loss_and_its_retransmission_retries_without_backoff() 
     assert queue.refused == [0.0] and conn.state is State.SYN_SENT
     peer.advance(1.0)                                          # initial RTO: the resend is refused
     assert queue.refused == [0.0, 1.0] and conn.rtt.backoff == 0
-    assert conn.rto_deadline == pytest.approx(1.5)
+    assert conn.timers.rto_deadline == pytest.approx(1.5)
     queue.full = False
     peer.advance(0.5)
     peer.expect("S", 0)
@@ -180,9 +181,9 @@ def test_refused_fin_waits_for_the_probe_timer() -> None:
     queue = Queue(peer)
     conn.close(peer.now)
     assert conn.state is State.FIN_WAIT_1 and conn.snd_nxt == 1 and len(queue.refused) == 1
-    assert conn.probe_deadline < float("inf")
+    assert conn.timers.probe_deadline < float("inf")
     queue.full = False
-    peer.advance(conn.probe_deadline - peer.now)
+    peer.advance(conn.timers.probe_deadline - peer.now)
     peer.expect("F.", 1, 1)
     peer.send(".", 1, 2)
     assert conn.state is State.FIN_WAIT_2
@@ -196,11 +197,11 @@ def test_refused_keepalive_is_not_counted_and_retried_in_500ms() -> None:
     queue = Queue(peer)
     peer.advance(11.2)
     assert _gaps(queue.refused) == [0.5, 0.5] and queue.refused[0] == pytest.approx(10.0)
-    assert conn.probes_out == 0
+    assert conn.timers.probes_out == 0
     queue.full = False
     peer.advance(0.5)
     peer.expect(".", 0, 1)                                     # SEQ = SND.UNA - 1
-    assert conn.probes_out == 1
+    assert conn.timers.probes_out == 1
 
 
 def test_drill_qdisc_pfifo_limit_0_refuses_and_delete_restores() -> None:

@@ -269,13 +269,9 @@ def test_socket_api_readers_get_ebusy_while_collected() -> None:
     assert pair.driver.run_until(lambda: ss.connection.readable_bytes == 5, 5)
     for reader in (lambda: ss.recv(10), lambda: ss.recv_into(bytearray(10)),
                    lambda: ss.recv(10, sockets.MSG_PEEK)):
-        try:
+        with pytest.raises(OSError) as excinfo:
             reader()
-        except OSError as e:
-            assert e.errno == errno.EBUSY
-        else:
-            pytest.xfail("usertcp.api.sockets does not check conn.collector yet (EBUSY check "
-                         "requested from the lead)")
+        assert excinfo.value.errno == errno.EBUSY
     assert ss.connection.readable_bytes == 5      # no reader took the collector's bytes
 
 

@@ -8,30 +8,34 @@ Where the RFC leaves a choice the expected behaviour is Linux's, and the comment
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from peer import LOCAL_IP, REMOTE_IP, ScriptedPeer
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection, State
+from usertcp.tcp.states import TRANSITIONS, IllegalTransition, transition_effects
 
 TW = 5.0   # a short 2*MSL keeps the timer tests readable
 
 
-def established(config: StackConfig | None = None) -> tuple[ScriptedPeer, Connection]:
-    peer = ScriptedPeer(config or StackConfig(time_wait=TW))
+def established(config: StackConfig | None = None, peer: ScriptedPeer | None = None
+                ) -> tuple[ScriptedPeer, Connection]:
+    peer = peer or ScriptedPeer(config or StackConfig(time_wait=TW))
     conn = peer.passive_open()
     peer.expect_nothing()
     return peer, conn
 
 
-def reach(state: State) -> tuple[ScriptedPeer, Connection, int, int]:
+def reach(state: State, peer: ScriptedPeer | None = None) -> tuple[ScriptedPeer, Connection, int, int]:
     """A connection in ``state``; returns (peer, conn, our RCV.NXT, our SND.NXT), relative.
 
     The owner keeps the socket (shutdown(write) rather than close()), so a reset is
     reported to a live socket.
     """
-    peer, conn = established()
+    peer, conn = established(peer=peer)
     if state is State.ESTABLISHED:
         return peer, conn, 1, 1
     if state in (State.CLOSE_WAIT, State.LAST_ACK):
@@ -611,3 +615,93 @@ def test_unacked_fin_is_retransmitted(state: State) -> None:
     assert fins, "the FIN was never retransmitted"
     assert all((s.seg.seq - peer.local_isn) % 2**32 == snd_nxt - 1 for s in fins)
     assert conn.state is state
+
+
+# ------------------------------------------------------------- the transition table
+
+def record_transitions(peer: ScriptedPeer) -> set[tuple[State, State]]:
+    """Every state change of the peer's stack, from its trace events."""
+    seen: set[tuple[State, State]] = set()
+
+    def tracer(event: dict[str, Any]) -> None:
+        if event["name"] == "tcp:state_updated":
+            seen.add((State[event["data"]["old"]], State[event["data"]["new"]]))
+
+    peer.stack.tracer = tracer
+    return seen
+
+
+def _active_close(peer: ScriptedPeer) -> None:
+    reach(State.TIME_WAIT, peer)
+    peer.advance(TW + 0.1)
+
+
+def _crossed_fins(peer: ScriptedPeer) -> None:
+    reach(State.CLOSING, peer)
+    peer.send(".", 2, 2)
+
+
+def _passive_close(peer: ScriptedPeer) -> None:
+    reach(State.LAST_ACK, peer)
+    peer.send(".", 2, 2)
+
+
+def _active_open(peer: ScriptedPeer) -> None:
+    peer.active_open()
+
+
+def _crossed_syns_then_close(peer: ScriptedPeer) -> None:
+    conn = peer.connect()
+    peer.expect("S", 0)
+    peer.send("S", 0)
+    conn.close(peer.now)            # RFC 9293 §3.10.4: SYN-RECEIVED, nothing queued: FIN
+
+
+def _abort_in(state: State) -> Callable[[ScriptedPeer], None]:
+    def scenario(peer: ScriptedPeer) -> None:
+        if state is State.SYN_SENT:
+            conn = peer.connect()
+        elif state is State.SYN_RECEIVED:
+            peer.listen()
+            peer.send("S", 0)
+            conn = peer.connection()
+        else:
+            conn = reach(state, peer)[1]
+        assert conn.state is state
+        conn.abort(peer.now)
+        assert conn.state is State.CLOSED
+    return scenario
+
+
+SCENARIOS: list[Callable[[ScriptedPeer], None]] = [
+    _active_close, _crossed_fins, _passive_close, _active_open, _crossed_syns_then_close,
+    *(_abort_in(s) for s in State if s not in (State.CLOSED, State.LISTEN)),
+]
+
+
+def test_every_listed_transition_is_reachable() -> None:
+    seen: set[tuple[State, State]] = set()
+    for scenario in SCENARIOS:
+        peer = ScriptedPeer(StackConfig(time_wait=TW))
+        recorded = record_transitions(peer)
+        scenario(peer)
+        seen |= recorded
+    assert seen == set(TRANSITIONS)
+
+
+@pytest.mark.parametrize("old", list(State))
+@pytest.mark.parametrize("new", list(State))
+def test_unlisted_transitions_raise(old: State, new: State) -> None:
+    if (old, new) in TRANSITIONS:
+        transition_effects(old, new)
+        return
+    with pytest.raises(IllegalTransition) as excinfo:
+        transition_effects(old, new)
+    assert (excinfo.value.old, excinfo.value.new) == (old, new)
+
+
+def test_illegal_transition_raises_where_the_state_changes() -> None:
+    peer, conn = established()
+    with pytest.raises(IllegalTransition):
+        conn._set_state(State.SYN_SENT, peer.now)
+    assert conn.state is State.ESTABLISHED          # refused before anything changed

@@ -1075,10 +1075,9 @@ class Socket:
             setattr(conn, name, value)
             if conn.is_synchronized and conn.state is not State.TIME_WAIT:
                 # Let the change act now: output() pushes what e.g. TCP_NODELAY/uncork
-                # released (Linux tcp_push_pending_frames) and re-arms keepalive;
-                # _schedule() hands the new deadlines to the stack.
-                conn.output(self._host.driver.now())
-                conn._schedule()
+                # released (Linux tcp_push_pending_frames), re-arms keepalive and hands
+                # the new deadlines to the stack.
+                conn.options_changed(self._host.driver.now())
 
     def _set_sol(self, optname: int, value: Any) -> None:
         cfg = self._host.stack.config

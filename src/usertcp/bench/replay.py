@@ -179,5 +179,6 @@ def connection_state(conn: Connection | None) -> tuple[object, ...]:
         return ()
     return (conn.state, conn.snd_una, conn.snd_nxt, conn.snd_max, conn.snd_wnd, conn.snd_wl1, conn.snd_wl2,
             conn.rcv_nxt, conn.rcv_adv, conn.ts_recent, conn.cc.cwnd, conn.cc.ssthresh, conn.rtt.srtt,
-            conn.rtt.rttvar, conn.ca_state, conn.dupacks, conn.bytes_received, conn.bytes_acked,
+            conn.rtt.rttvar, conn.recovery.ca_state, conn.recovery.dupacks, conn.bytes_received,
+            conn.bytes_acked,
             len(conn.rcv_buf), len(conn.snd_buf), conn.error)

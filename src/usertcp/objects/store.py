@@ -459,7 +459,7 @@ class Store:
             # Inside a segment callback the ACK the stack is about to send carries the
             # new window; from the application it needs a window update of its own.
             if not in_cb:
-                conn._after_read(self.now())
+                conn.rx.after_read(self.now())
 
     def _finish_rx(self, op: _RxOp) -> None:
         n = op.pos - op.start

@@ -201,7 +201,7 @@ class Sampler:
             "snd_nxt": conn.snd_nxt,
             "total_retrans": conn.total_retrans,
             "lost": info["tcpi_lost"],
-            "ca_state": CA_STATES[conn.ca_state] if 0 <= conn.ca_state < 5 else str(conn.ca_state),
+            "ca_state": CA_STATES[ca] if 0 <= (ca := conn.recovery.ca_state) < 5 else str(ca),
         }
         key = tuple(data.values())
         last = self._last.get(id(conn))

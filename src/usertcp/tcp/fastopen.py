@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from usertcp.tcp.config import (
     TFO_CLIENT_ENABLE,
@@ -58,7 +58,8 @@ from usertcp.wire.tcp import MAX_OPTIONS_LEN, options_length
 
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
-    from usertcp.tcp.stack import Listener, Stack
+    from usertcp.tcp.host import ConnectionHost, FeatureHooks
+    from usertcp.tcp.stack import Listener
 
 __all__ = ["PRELOAD_MAX", "CookieEntry", "FastOpen", "TfoState", "cookie_cached", "install", "tfo_connect"]
 
@@ -103,7 +104,7 @@ class CookieEntry:
 class FastOpen:
     """The hooks object: fast open and preload for one stack."""
 
-    def __init__(self, stack: Stack, inner: Any = None) -> None:
+    def __init__(self, stack: ConnectionHost, inner: FeatureHooks | None = None) -> None:
         self.stack = stack
         self.inner = inner               # a previously installed hooks object
         self.cookie_cache: dict[bytes, CookieEntry] = {}
@@ -158,22 +159,11 @@ class FastOpen:
         mib = conn.mib
         mib["TcpExtTCPFastOpenPassive"] += 1
         # tcp_fastopen_add_skb: the SYN's data (and FIN) is received now and acked in the SYN-ACK.
-        plen = len(seg.payload)
-        if plen:
-            conn.rcv_buf.append(seg.payload)
-            conn.rcv_nxt += plen
-            conn.bytes_received += plen
-            conn.data_segs_in += 1
-        if seg.flags & FIN:
-            conn.rcv_nxt += 1
-            conn.fin_received = True     # Connection._establish_passive moves on to CLOSE_WAIT
-        if plen or seg.flags & FIN:
-            conn.syn_data_acked = True   # tcpi_options TCPI_OPT_SYN_DATA
-        conn.rcv_adv = max(conn.rcv_adv, conn.rcv_nxt)
+        conn.accept_syn_data(seg.payload, bool(seg.flags & FIN))
         if preload:
             # RFC 6691 / RFC 9293 §3.7.1: the peer's MSS excludes TCP options, so the SYN-ACK's
             # options come out of it; then the peer's (unscaled) SYN window and our IW.
-            opt_len = len(conn._syn_options(now, True, None))
+            opt_len = len(conn.tx.syn_options(now, True, None))
             mss = min(conn.peer_mss, conn.stack.mtu_mss(conn.v6)) - opt_len
             if conn.user_mss:
                 mss = min(mss, conn.user_mss - opt_len)
@@ -242,7 +232,7 @@ class FastOpen:
             entry = self.cookie_cache.get(conn.remote_ip)
             space = conn.stack.mtu_mss(conn.v6) - MAX_OPTIONS_LEN
             if entry is not None and entry.mss:
-                space = min(space, entry.mss - len(conn._syn_options(conn.stack.now, False, None)))
+                space = min(space, entry.mss - len(conn.tx.syn_options(conn.stack.now, False, None)))
             st.syn_data = max(min(len(conn.snd_buf), space), 0)
         return conn.snd_buf.views(0, st.syn_data) if st.syn_data else []
 
@@ -260,7 +250,7 @@ class FastOpen:
             return                        # the SYN-ACK goes first
         # Only once the application wrote: the preload's remainder otherwise waits for the 3rd ACK.
         if conn.snd_buf.end > st.preload_len and conn.snd_nxt <= conn.snd_buf.end:
-            conn._send_new_data(now)
+            conn.tx.send_new_data(now)
 
     def on_established_passive(self, conn: Connection, now: float, ack_off: int) -> bool:
         """The 3rd ACK: resend SYN-ACK data it leaves unacknowledged. True if queued at SYN time."""
@@ -271,9 +261,7 @@ class FastOpen:
         if st.synack_data and 0 < ack_off < end:
             # Patches 5/6: the data in the SYN-ACK was not (all) taken; go back to the ACK
             # point (the head is trimmed by the ACK) and send the rest now, not at the RTO.
-            conn.rtx.clear()
-            conn.snd_nxt = ack_off
-            conn.total_retrans += 1
+            conn.rewind_syn_data(ack_off)
             conn.mib["UsertcpSynAckDataRetrans"] += 1
         return st.queued
 
@@ -295,19 +283,17 @@ class FastOpen:
             entry.syn_loss += 1           # Linux: SYN timed out, no cookie: note a SYN loss
         if st.syn_data > 0:
             if conn.snd_una < 1 + st.syn_data:
-                conn.rtx.clear()
-                conn.snd_nxt = conn.snd_una
-                conn.total_retrans += 1
+                conn.rewind_syn_data(conn.snd_una)
                 mib["TcpExtTCPFastOpenActiveFail"] += 1
             else:
-                conn.syn_data_acked = True
+                conn.syn_data_acked = True   # tcpi_options TCPI_OPT_SYN_DATA
                 mib["TcpExtTCPFastOpenActive"] += 1
 
 
 def _option_fits(conn: Connection, synack: bool, cookie: bytes, exp: bool) -> bool:
     """tcp_synack_options / tcp_syn_options: the cookie only if the 40 option bytes have room.
 
-    Mirrors the option set of Connection._syn_options (MD5 alone takes 20 bytes).
+    Mirrors the option set of Connection.tx.syn_options (MD5 alone takes 20 bytes).
     """
     cfg = conn.config
     if synack:
@@ -319,7 +305,7 @@ def _option_fits(conn: Connection, synack: bool, cookie: bytes, exp: bool) -> bo
     return need <= MAX_OPTIONS_LEN
 
 
-def install(stack: Stack) -> FastOpen:
+def install(stack: ConnectionHost) -> FastOpen:
     """Put a FastOpen in ``stack.hooks`` (idempotent); an existing hooks object is wrapped."""
     hooks = stack.hooks
     if isinstance(hooks, FastOpen):
@@ -329,7 +315,7 @@ def install(stack: Stack) -> FastOpen:
     return fo
 
 
-def cookie_cached(stack: Stack, remote_ip: bytes) -> bool:
+def cookie_cached(stack: ConnectionHost, remote_ip: bytes) -> bool:
     """Whether a TCP_FASTOPEN_CONNECT socket would defer its SYN to the first write."""
     cfg = stack.config
     if not cfg.fastopen & TFO_CLIENT_ENABLE:

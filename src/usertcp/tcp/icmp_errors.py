@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from usertcp.wire import icmp
 from usertcp.wire.icmp import IcmpMessage
 
-from .connection import CA_LOSS, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT, State
+from .connection import State
+from .output import IP_PMTUDISC_DO, IP_PMTUDISC_PROBE, IP_PMTUDISC_WANT
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -99,7 +100,7 @@ def icmp_arrives(stack: Stack, msg: IcmpMessage, now: float) -> None:
         return
     if conn.state is State.TIME_WAIT:
         return
-    seq_off = conn._snd_off(msg.quoted_seq)
+    seq_off = conn.snd_off(msg.quoted_seq)
     fastopen = _fastopen_pending(conn)
     if conn.state is State.SYN_RECEIVED and conn.passive and not fastopen:
         # Linux tcp_req_err: a request socket only checks the quote against its ISN.
@@ -108,7 +109,7 @@ def icmp_arrives(stack: Stack, msg: IcmpMessage, now: float) -> None:
         elif fatal:
             stack.forget_embryonic(conn)
             mib["TcpExtListenDrops"] += 1
-            conn._close_now(now)          # no reset: the peer is unreachable anyway
+            conn.close_now(now)          # no reset: the peer is unreachable anyway
         return
     # Linux: a fast-open child's window starts at its ISN (the SYN-ACK may be unacknowledged).
     low = 0 if fastopen else conn.snd_una
@@ -123,16 +124,9 @@ def icmp_arrives(stack: Stack, msg: IcmpMessage, now: float) -> None:
     if conn.state is State.SYN_SENT or (conn.state is State.SYN_RECEIVED and not conn.accepted):
         # Hard error during the handshake (Linux tcp_v4_err: sk_err, then tcp_done); a
         # fast-open child stays in the accept queue and reports it there.
-        conn._fail(err, now)
+        conn.fail(err, now)
         return
-    if conn.recverr:
-        conn.error = err
-        if conn.on_readable is not None:
-            conn.on_readable(conn)
-        if conn.on_writable is not None:
-            conn.on_writable(conn)
-    else:
-        conn.soft_error = err
+    conn.icmp_error(err)
 
 
 def _classify(msg: IcmpMessage) -> tuple[int, bool, int]:
@@ -178,48 +172,25 @@ def _rto_revert_allowed(msg: IcmpMessage) -> bool:
 def rto_revert(conn: Connection, now: float) -> None:
     """RFC 6069 §4 (Linux tcp_ld_RTO_revert): the RTO was lengthened by backoff while the path
     was down, and a router says so: undo one doubling and re-arm from the head's send time."""
-    if not conn.retransmits or not conn.rtt.backoff or not conn.rtx:
-        return
-    conn.rtt.backoff -= 1
-    remaining = conn.rtt.timeout - (now - conn.rtx[0].tx_time)
-    conn.mib["UsertcpRtoReverted"] += 1
-    if remaining > 0:
-        conn.rto_deadline = now + remaining
-        conn._schedule()
-    else:
-        conn._on_rto(now)                 # the undone backoff has already run out
-        conn._schedule()
+    if conn.timers.rto_revert(now):
+        conn.mib["UsertcpRtoReverted"] += 1
+        conn.reschedule()
 
 
 def mtu_reduced(conn: Connection, mtu: int, now: float) -> None:
     """RFC 1191 §6.3 / RFC 8201 §5.2 (Linux tcp_v4_mtu_reduced): a smaller path MTU lowers the
     MSS, and what was sent larger is lost: retransmit it now, without a congestion response."""
-    current = conn.pmtu or conn.config.mtu
-    if mtu >= current or conn.state in (State.CLOSED, State.LISTEN):
+    if conn.state in (State.CLOSED, State.LISTEN):
         return
     if conn.pmtudisc not in (IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE):
         return            # IP_PMTUDISC_DONT / INTERFACE / OMIT: the socket ignores reports
-    conn.pmtu = mtu
     old_mss = conn.mss
-    conn._compute_mss()
+    if not conn.pmtu_reduced(mtu):
+        return
     conn.mib["UsertcpPmtuReductions"] += 1
-    if conn.mss >= old_mss:
-        return
-    # Linux tcp_simple_retransmit: mark lost every in-flight segment longer than the new MSS.
-    marked = False
-    for r in conn.rtx:
-        if not r.sacked and r.end - r.start - (1 if r.fin else 0) > conn.mss:
-            conn._mark_lost(r)
-            marked = True
-    if not marked:
-        return
-    if conn.ca_state != CA_LOSS:
-        # Linux: no cwnd change ("don't muck with the congestion window"), only the loss state
-        # so that the marked segments go out now and recovery ends at today's SND.MAX.
-        conn.ca_state = CA_LOSS
-        conn.recover = conn.snd_max
-    conn.output(now)                  # _retransmit arms the RTO if it is not running
-    conn._schedule()
+    if conn.mss < old_mss and conn.recovery.mark_oversized_lost():
+        conn.output(now)                  # the retransmission arms the RTO if it is not running
+        conn.reschedule()
 
 
 def _fastopen_pending(conn: Connection) -> bool:

@@ -30,7 +30,8 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.connection import CA_CWR, ECN_OK, INF, SYNCHRONIZED, Connection, State
+from usertcp.tcp.connection import SYNCHRONIZED, Connection, State
+from usertcp.tcp.recovery import CA_CWR, ECN_OK, INF
 from usertcp.wire.segment import Buffer, TxPacket
 
 if TYPE_CHECKING:
@@ -72,10 +73,17 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
         _fail("syn-unacked", c, "synchronized with the SYN not acknowledged")
     if (st is State.SYN_SENT or st is State.SYN_RECEIVED) and c.snd_una != 0:
         _fail("syn-state-una", c, f"snd_una={c.snd_una} in {st.name}")
+    _check_scoreboard(c)
+    _check_receive_side(c)
+    _check_timers_and_ecn(c, heap)
+
+
+def _check_scoreboard(c: Connection) -> None:
+    """The retransmission queue and the scoreboard counts (RFC 6675 §4)."""
     # Retransmission queue and the scoreboard.
     sacked = lost = retrans = 0
     prev_end = c.snd_una
-    for r in c.rtx:
+    for r in c.recovery.rtx:
         if not (r.start < r.end and r.start >= prev_end and r.end <= c.snd_max):
             _fail("rtx-order", c, f"record [{r.start},{r.end}) after {prev_end}, snd_max={c.snd_max}")
         prev_end = r.end
@@ -90,9 +98,15 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
                 lost += n
             if r.retrans:
                 retrans += n
-    if (sacked, lost, retrans) != (c.sacked_bytes, c.lost_bytes, c.retrans_bytes):
-        _fail("scoreboard", c, f"counters sacked/lost/retrans={c.sacked_bytes}/{c.lost_bytes}/"
-              f"{c.retrans_bytes}, recomputed {sacked}/{lost}/{retrans}")
+    rec = c.recovery
+    if (sacked, lost, retrans) != (rec.sacked_bytes, rec.lost_bytes, rec.retrans_bytes):
+        _fail("scoreboard", c, f"counters sacked/lost/retrans={rec.sacked_bytes}/{rec.lost_bytes}/"
+              f"{rec.retrans_bytes}, recomputed {sacked}/{lost}/{retrans}")
+
+
+def _check_receive_side(c: Connection) -> None:
+    """The receive buffer, the reassembly queue and RCV.NXT."""
+    st = c.state
     # Receive side.
     rb = c.rcv_buf
     if rb.size != sum(len(x) for x in rb.chunks()):
@@ -101,19 +115,23 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
     if len(q) > q.max_segments or q.bytes_queued > q.max_bytes:
         _fail("ooo-bound", c, f"{len(q)} segments / {q.bytes_queued} bytes over "
               f"{q.max_segments} / {q.max_bytes}")
-    held = sum(len(x) for x in q._data)
+    held = q.held_bytes()
     if held != q.bytes_queued:
         _fail("ooo-bytes", c, f"bytes_queued={q.bytes_queued} recomputed {held}")
-    if q._starts:
-        base = q._abs((c.irs + c.rcv_nxt) & 0xFFFFFFFF)
-        if q._starts[0] <= base:
-            _fail("ooo-below-rcv-nxt", c, f"a chunk starts {base - q._starts[0]} bytes at or below rcv_nxt")
+    ahead = q.first_offset_from((c.irs + c.rcv_nxt) & 0xFFFFFFFF)
+    if ahead is not None and ahead <= 0:
+        _fail("ooo-below-rcv-nxt", c, f"a chunk starts {-ahead} bytes at or below rcv_nxt")
     if st in SYNCHRONIZED or st is State.SYN_RECEIVED:
         if c.rcv_nxt < 1:
             _fail("rcv-nxt", c, f"rcv_nxt={c.rcv_nxt}")
         slack = 1 << c.rcv_wscale
         if q.bytes_queued and c.rcv_nxt + q.bytes_queued > c.rcv_adv + slack:
             _fail("ooo-beyond-window", c, f"{q.bytes_queued} bytes queued past rcv_adv={c.rcv_adv}")
+
+
+def _check_timers_and_ecn(c: Connection, heap: set[tuple[int, float]] | None) -> None:
+    """The armed timers and the ECN/CWR state."""
+    st = c.state
     # Timers.
     if st is not State.CLOSED:
         want = c.next_deadline()
@@ -122,21 +140,20 @@ def check_connection(c: Connection, heap: set[tuple[int, float]] | None = None) 
         if want != INF and heap is not None and (id(c), want) not in heap:
             _fail("timer-not-queued", c, f"deadline {want} is not in the stack's timer heap")
         if c.snd_max > c.snd_una and st is not State.TIME_WAIT \
-                and min(c.rto_deadline, c.tlp_deadline, c.probe_deadline) == INF:
+                and min(c.timers.rto_deadline, c.timers.tlp_deadline, c.timers.probe_deadline) == INF:
             _fail("rto-not-armed", c, f"{c.snd_max - c.snd_una} sequence numbers outstanding, no timer")
-        if st is State.TIME_WAIT and c.time_wait_deadline == INF:
+        if st is State.TIME_WAIT and c.timers.time_wait_deadline == INF:
             _fail("time-wait-timer", c, "TIME-WAIT without its 2 MSL timer")
     if c.cc.cwnd <= 0 or c.mss <= 0:
         _fail("cwnd-mss", c, f"cwnd={c.cc.cwnd} mss={c.mss}")
     if c.ecn_flags and not c.ecn_flags & ECN_OK:
         _fail("ecn-flags", c, f"ecn_flags={c.ecn_flags:#x} without ECN negotiated")
-    if c.ca_state == CA_CWR and c.snd_una > c.recover:
-        _fail("cwr-window", c, f"CWR state with snd_una={c.snd_una} past its window end {c.recover}")
-
+    if c.recovery.ca_state == CA_CWR and c.snd_una > c.recovery.recover:
+        _fail("cwr-window", c, f"CWR state with snd_una={c.snd_una} past its window end {c.recovery.recover}")
 
 def check_invariants(stack: Stack) -> None:
     """Every rule of the module docstring, for every connection and listener of ``stack``."""
-    heap = {(id(conn), deadline) for deadline, _, conn in stack._timers}
+    heap = {(id(conn), deadline) for deadline, conn in stack.timer_entries()}
     tw = estab = 0
     for key, c in stack.connections.items():
         if c.key != key:

@@ -53,6 +53,16 @@ class ReassemblyQueue:
 
     # -- sequence mapping ----------------------------------------------------------------
 
+    def held_bytes(self) -> int:
+        """The bytes of every held chunk, recounted (``bytes_queued`` keeps the running sum)."""
+        return sum(len(x) for x in self._data)
+
+    def first_offset_from(self, rcv_nxt: int) -> int | None:
+        """How far the first held chunk starts beyond the 32-bit ``rcv_nxt``; None if empty."""
+        if not self._starts:
+            return None
+        return self._starts[0] - self._abs(rcv_nxt)
+
     def _abs(self, seq: int) -> int:
         return self._anchor_abs + seq_diff(seq, self._anchor_seq)
 

@@ -119,6 +119,11 @@ class RttEstimator:
         """The retransmission timer expired: back off (RFC 6298 §5.5)."""
         self.backoff += 1
 
+    def undo_backoff(self) -> None:
+        """Undo one doubling (RFC 6069 §4: the path was down, not congested)."""
+        if self.backoff:
+            self.backoff -= 1
+
     def reset_backoff(self) -> None:
         self.backoff = 0
 

@@ -15,27 +15,3 @@ def seq_diff(a: int, b: int) -> int:
     """Signed distance a - b in sequence space."""
     d = (a - b) & SEQ_MASK
     return d - SEQ_MOD if d >= _HALF else d
-
-
-def seq_lt(a: int, b: int) -> bool:
-    return 0 < ((b - a) & SEQ_MASK) < _HALF
-
-
-def seq_le(a: int, b: int) -> bool:
-    return ((b - a) & SEQ_MASK) < _HALF
-
-
-def seq_gt(a: int, b: int) -> bool:
-    return 0 < ((a - b) & SEQ_MASK) < _HALF
-
-
-def seq_ge(a: int, b: int) -> bool:
-    return ((a - b) & SEQ_MASK) < _HALF
-
-
-def seq_max(a: int, b: int) -> int:
-    return a if seq_ge(a, b) else b
-
-
-def seq_min(a: int, b: int) -> int:
-    return a if seq_le(a, b) else b

@@ -9,35 +9,30 @@ from __future__ import annotations
 
 import errno
 import heapq
-import hmac
 import ipaddress
-import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from usertcp.tcp import fastopen, syncookies
 from usertcp.tcp.buffers import MemAccount
 from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackConfig
-from usertcp.tcp.connection import HP_MASK, INF, Connection, State
+from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
+from usertcp.tcp.host import FeatureHooks
 from usertcp.tcp.icmp_errors import icmp_arrives
 from usertcp.tcp.md5sig import Md5Keys
+from usertcp.tcp.recovery import INF
 from usertcp.tcp.siphash import siphash24
-from usertcp.wire.checksum import mod_ffff
 from usertcp.wire.icmp import IPPROTO_ICMP, IPPROTO_ICMPV6, parse_icmp
-from usertcp.wire.md5 import md5_digest_fixed, verify_segment_md5
+from usertcp.wire.md5 import verify_segment_md5
 from usertcp.wire.packet import build_packet, parse_packet
+from usertcp.wire.predict import HP_MASK, checksums_ok, peek_tcp, predicted_options
 from usertcp.wire.segment import ACK, FIN, RST, SYN, Buffer, DropPacket, NotTcp, Segment, TxPacket
 from usertcp.wire.tcp import encode_options
 
 EPHEMERAL_PORTS = (32768, 60999)   # Linux ip_local_port_range
 
-_S_IP4TCP = struct.Struct("!BBHHHBBH4s4sHHIIHHHH")
-_S_IP6TCP = struct.Struct("!IHBB16s16sHHIIHHHH")
-_S_III = struct.Struct("!III")
-_from_bytes = int.from_bytes
-_MD5_NOPS = b"\x01\x01\x13\x12"
 # Received packets by ECN codepoint (Linux ip_rcv_core / ip6_rcv_core IPSTATS_MIB_*ECT*PKTS).
 _ECN_MIB4 = ("IpExtInNoECTPkts", "IpExtInECT1Pkts", "IpExtInECT0Pkts", "IpExtInCEPkts")
 _ECN_MIB6 = ("Ip6InNoECTPkts", "Ip6InECT1Pkts", "Ip6InECT0Pkts", "Ip6InCEPkts")
@@ -74,6 +69,9 @@ class Listener:
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG on the listening socket
         self.family: int | None = None         # 4 or 6: only SYNs of that IP version (AF_INET)
         self.child_init: Callable[[Connection], None] | None = None   # per-child setup (e.g. cc)
+        # Time of the last SYN-queue overflow (Linux rx_opt.ts_recent_stamp of the listener,
+        # set by tcp_synq_overflow); None: never. SYN cookies are checked only shortly after.
+        self.synq_overflow_time: float | None = None
         cfg = stack.config.fastopen
         if cfg & TFO_SERVER_WO_SOCKOPT1 and cfg & TFO_SERVER_ENABLE:
             fastopen.install(stack)       # inet_listen: the backlog is the TFO queue length
@@ -143,6 +141,10 @@ class Listener:
         cfg = self.stack.config
         return cfg.fastopen_key, cfg.fastopen_backup_key
 
+    def note_synq_overflow(self, now: float) -> None:
+        """Linux tcp_synq_overflow(): a cookie SYN-ACK was sent for this listener."""
+        self.synq_overflow_time = now
+
     # ---------------------------------------------------------------- queues
 
     def accept(self) -> Connection | None:
@@ -192,7 +194,7 @@ class Stack:
         self.gso_max_size = 0             # > 0 when the link segments for us (TSO)
         self.tx_csum_offload = False
         self.tracer: Callable[[dict[str, Any]], None] | None = None
-        self.hooks: Any = None            # feature extensions (fast open, preload, MD5)
+        self.hooks: FeatureHooks | None = None   # feature extensions (fast open, preload)
         # Set by a driver or link whose local queue can refuse a packet (Linux: a qdisc
         # answering NET_XMIT_DROP): called with each packet before it is queued for
         # ``datagrams_to_send``; True means refused, and TCP reacts to the local congestion.
@@ -206,7 +208,7 @@ class Stack:
         self.now = now
         if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified):
             return
-        mib = self.counters
+        mib = self.counters.table
         try:
             seg = parse_packet(packet, verify_checksum=not checksum_verified)
         except NotTcp as other:
@@ -229,7 +231,7 @@ class Stack:
 
     def _icmp_receive(self, where: NotTcp, now: float) -> None:
         """ICMP/ICMPv6 for one of our addresses: validated and counted, then to TCP's handler."""
-        mib = self.counters
+        mib = self.counters.table
         if where.dst not in self.addresses:
             mib["IpInAddrErrors"] += 1
             return
@@ -251,87 +253,46 @@ class Stack:
         unusual returns False and the full slow path runs, which also counts errors.
         """
         mv = packet if type(packet) is memoryview else memoryview(packet)
-        n = len(mv)
-        if n < 40:
+        hdr = peek_tcp(mv)
+        if hdr is None:
             return False
-        first = mv[0]
-        if first == 0x45:
-            (_v, tos, tot, _id, frag, _ttl, proto, _ipsum, src, dst, sport, dport, seq, ack, offflags,
-             window, _csum, _urg) = _S_IP4TCP.unpack_from(mv, 0)
-            if proto != 6 or frag & 0x3FFF or tot > n:
-                return False
-            ip_len = 20
-        elif first >> 4 == 6 and n >= 60:
-            (vtc, plen6, nh, _hlim, src, dst, sport, dport, seq, ack, offflags, window, _csum,
-             _urg) = _S_IP6TCP.unpack_from(mv, 0)
-            tot = 40 + plen6
-            if nh != 6 or tot > n:
-                return False
-            ip_len = 40
-            tos = (vtc >> 20) & 0xFF
-        else:
-            return False
+        ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word = hdr
         conn = self.connections.get((dst, dport, src, sport))
         if conn is None:
             return False
         pred = conn.pred_flags
-        if not pred or (((offflags << 16) | window) & HP_MASK) != pred:
+        if not pred or (hp_word & HP_MASK) != pred or seq != (conn.irs + conn.rcv_nxt) & 0xFFFFFFFF:
             return False
-        if seq != (conn.irs + conn.rcv_nxt) & 0xFFFFFFFF:
+        if not checksums_ok(mv, ip_len, tot, src, dst, checksum_verified):
             return False
-        doff = (offflags >> 12) << 2
-        tlen = tot - ip_len
-        if doff > tlen:
+        opts = predicted_options(mv, ip_len, tot, hp_word, conn.md5_key, conn.ts_ok, src, dst)
+        if opts is None:
             return False
-        if ip_len == 20 and _from_bytes(mv[:20], "big") % 0xFFFF:
+        start, ts_val, ts_ecr = opts
+        # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
+        if ts_val >= 0 and (ts_val - conn.ts_recent) & 0x80000000:
             return False
-        if not checksum_verified:
-            v = _from_bytes(mv[ip_len:tot], "big")
-            if tlen & 1:
-                v <<= 8
-            if mod_ffff(v + _from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen):
-                return False
-        opt = ip_len + 20
-        key = conn.md5_key
-        if key is not None:
-            if mv[opt:opt + 4] != _MD5_NOPS:
-                return False
-            digest = mv[opt + 4:opt + 20]
-            opt += 20
-        ts_val = -1
-        ts_ecr = 0
-        if conn.ts_ok:
-            if opt + 12 > tot:
-                return False
-            word, ts_val, ts_ecr = _S_III.unpack_from(mv, opt)
-            if word != 0x0101080A:           # NOP, NOP, TS kind 8, length 10
-                return False
-            # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
-            if (ts_val - conn.ts_recent) & 0x80000000:
-                return False
-        payload = mv[ip_len + doff:tot]
-        if key is not None and not hmac.compare_digest(
-                md5_digest_fixed(key, src, dst, mv[ip_len:ip_len + 20], tlen, (payload,)), digest):
-            return False
+        mib = self.counters.table
         una = (conn.iss + conn.snd_una) & 0xFFFFFFFF
-        if not payload:
+        plen = tot - start
+        if not plen:
             adv = (ack - una) & 0xFFFFFFFF
             if adv == 0 or adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
                 return False
-            self.counters["TcpInSegs"] += 1
-            self.counters[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-            self.counters["TcpExtTCPHPAcks"] += 1
-            conn.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
+            mib["TcpInSegs"] += 1
+            mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
+            mib["TcpExtTCPHPAcks"] += 1
+            conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
             return True
-        if ack != una or len(payload) > conn.rcv_adv - conn.rcv_nxt:
+        if ack != una or plen > conn.rcv_adv - conn.rcv_nxt:
             return False
         mem = self.mem
-        if mem.limit and mem.used + len(payload) > mem.limit:
+        if mem.limit and mem.used + plen > mem.limit:
             return False                 # the slow path drops and counts it
-        self.counters["TcpInSegs"] += 1
-        self.counters[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-        self.counters["TcpExtTCPHPHits"] += 1
-        conn.fast_data(payload, ts_val, ts_ecr, now, tos & 3)
+        mib["TcpInSegs"] += 1
+        mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
+        mib["TcpExtTCPHPHits"] += 1
+        conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
         return True
 
     def datagrams_to_send(self) -> list[TxPacket]:
@@ -347,6 +308,10 @@ class Stack:
                 return deadline
             heapq.heappop(timers)
         return None
+
+    def timer_entries(self) -> list[tuple[float, Connection]]:
+        """Every (deadline, connection) in the timer heap, stale entries included."""
+        return [(deadline, conn) for deadline, _, conn in self._timers]
 
     def handle_timer(self, now: float) -> None:
         self.now = now
@@ -368,10 +333,15 @@ class Stack:
         """
         refuse = self.tx_refuse
         if refuse is not None and refuse(pkt):
-            self.counters["UsertcpTxLocalDrops"] += 1
+            self.counters.table["UsertcpTxLocalDrops"] += 1
             return False
         self._out.append(pkt)
         return True
+
+    def orphan_count_add(self, delta: int) -> int:
+        """Connections closed by the application and not yet CLOSED (Linux tcp_orphan_count)."""
+        self.orphans += delta
+        return self.orphans
 
     def schedule(self, conn: Connection, deadline: float) -> None:
         self._timer_seq += 1
@@ -415,8 +385,8 @@ class Stack:
         conn.was_time_wait = True
         self.time_wait_count += 1
         if self.time_wait_count > self.config.max_time_wait:
-            self.counters["TcpExtTCPTimeWaitOverflow"] += 1
-            conn._close_now(self.now)
+            self.counters.table["TcpExtTCPTimeWaitOverflow"] += 1
+            conn.close_now(self.now)
 
     def trace_state(self, conn: Connection, old: State, new: State, now: float) -> None:
         if self.tracer is not None:
@@ -500,8 +470,8 @@ class Stack:
         listener = self._find_listener(seg.dst, seg.dport)
         if listener is None:
             return False
-        conn._close_now(now)
-        self.counters["TcpExtTWRecycled"] += 1
+        conn.close_now(now)
+        self.counters.table["TcpExtTWRecycled"] += 1
         self._listen_syn(listener, seg, now)
         return True
 
@@ -512,13 +482,13 @@ class Stack:
         if key is None:
             if seg.md5 is None:
                 return True
-            self.counters["TcpExtTCPMD5Unexpected"] += 1
+            self.counters.table["TcpExtTCPMD5Unexpected"] += 1
             return False
         if seg.md5 is None:
-            self.counters["TcpExtTCPMD5NotFound"] += 1
+            self.counters.table["TcpExtTCPMD5NotFound"] += 1
             return False
         if not verify_segment_md5(seg, key):
-            self.counters["TcpExtTCPMD5Failure"] += 1
+            self.counters.table["TcpExtTCPMD5Failure"] += 1
             return False
         return True
 
@@ -553,7 +523,7 @@ class Stack:
             if flags & SYN:
                 self._listen_syn(listener, seg, now)
             return
-        self.counters["UsertcpNoSocket"] += 1
+        self.counters.table["UsertcpNoSocket"] += 1
         self.send_reset_for(seg, now)
 
     def _find_listener(self, ip: bytes, port: int) -> Listener | None:
@@ -566,7 +536,7 @@ class Stack:
 
     def _listen_syn(self, listener: Listener, seg: Segment, now: float) -> None:
         cfg = self.config
-        mib = self.counters
+        mib = self.counters.table
         if len(listener.accept_queue) >= listener.backlog:
             # Linux drops SYNs while the accept queue is full (ListenOverflows).
             mib["TcpExtListenOverflows"] += 1
@@ -606,7 +576,7 @@ class Stack:
             return
         if seg.md5 is not None and md5_key is None:
             # RFC 2385: never answer a signed segment with an unsigned reset (Linux does the same).
-            self.counters["UsertcpMd5ResetSuppressed"] += 1
+            self.counters.table["UsertcpMd5ResetSuppressed"] += 1
             return
         if self.hooks is not None and not self.hooks.may_send_reset(seg):
             return
@@ -618,8 +588,8 @@ class Stack:
         pkt = build_packet(src=seg.dst, dst=seg.src, sport=seg.dport, dport=seg.sport, seq=seq, ack=ack,
                            flags=flags, window=0, ttl=self.config.ttl,
                            options=encode_options(md5=True) if md5_key is not None else b"", md5_key=md5_key)
-        self.counters["TcpOutRsts"] += 1
-        self.counters["TcpOutSegs"] += 1
+        self.counters.table["TcpOutRsts"] += 1
+        self.counters.table["TcpOutSegs"] += 1
         self.output(pkt)
 
     # -------------------------------------------------------- application API

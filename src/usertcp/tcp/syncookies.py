@@ -41,12 +41,11 @@ from __future__ import annotations
 
 import enum
 import struct
-import weakref
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.config import TFO_SERVER_ENABLE
-from usertcp.tcp.connection import ECN_OK, Connection, State, ecn_syn_acceptable
+from usertcp.tcp.connection import Connection, State, ecn_syn_acceptable
 from usertcp.tcp.cookies import tfo_cookie
 from usertcp.tcp.fastopen import TfoState
 from usertcp.tcp.siphash import siphash24
@@ -88,9 +87,6 @@ TS_OPT_ECN = 1 << 5
 _M32 = 0xFFFFFFFF
 _PORTS = struct.Struct("!HHI")
 
-# Per-listener time of the last SYN-queue overflow (Linux rx_opt.ts_recent_stamp of the
-# listener, set by tcp_synq_overflow). Weak, so a closed listener leaves nothing behind.
-_last_overflow: weakref.WeakKeyDictionary[Listener, float] = weakref.WeakKeyDictionary()
 
 
 class SynVerdict(enum.Enum):
@@ -222,7 +218,7 @@ def on_syn_overflow(stack: Stack, listener: Listener, seg: Segment, now: float) 
     idx = mss_index(peer_mss, v6)
     local, remote = seg.dst, seg.src
     isn = make_cookie(cfg.isn_secret, remote, local, seg.sport, seg.dport, seg.seq, idx, now)
-    # The SYN-ACK's options, as Connection._syn_options(synack=True) would choose them.
+    # The SYN-ACK's options, as Connection.tx.syn_options(synack=True) would choose them.
     opts = listener.options
     ts_ok = cfg.timestamps and seg.ts_val >= 0
     ts = None
@@ -246,7 +242,7 @@ def on_syn_overflow(stack: Stack, listener: Listener, seg: Segment, now: float) 
                        ack=(seg.seq + 1) & _M32, flags=SYN | ACK | (ECE if ecn_ok else 0),
                        window=window, options=options,
                        ttl=cfg.ttl, md5_key=md5_key, csum_partial=stack.tx_csum_offload)
-    _last_overflow[listener] = now
+    listener.note_synq_overflow(now)
     mib["TcpExtSyncookiesSent"] += 1
     mib["TcpOutSegs"] += 1
     stack.output(pkt)
@@ -263,7 +259,7 @@ def cookie_ack(stack: Stack, listener: Listener, seg: Segment, now: float) -> bo
     cfg = stack.config
     if not cfg.syncookies or seg.flags & SYN:
         return False
-    last = _last_overflow.get(listener)
+    last = listener.synq_overflow_time
     if last is None or now - last > SYNCOOKIE_VALID:
         return False
     mib = stack.counters
@@ -296,53 +292,24 @@ def cookie_ack(stack: Stack, listener: Listener, seg: Segment, now: float) -> bo
         mib["TcpExtListenOverflows"] += 1
         mib["TcpExtListenDrops"] += 1
         return True
-    conn = _rebuild(stack, listener, seg, table[idx], wscale, sack, ts_off, now)
-    if ecn:
-        conn.ecn_flags = ECN_OK
+    conn = _rebuild(stack, listener, seg, table[idx], wscale, sack, ts_off, ecn, now)
     # The ACK itself now takes the normal path: SYN-RECEIVED -> ESTABLISHED, accept queue,
     # its data, and the preload going out.
     stack.segment_arrives(seg, now)
     if conn.state is State.SYN_RECEIVED:
-        conn._close_now(now)        # not acceptable after all: leave nothing behind
+        conn.close_now(now)        # not acceptable after all: leave nothing behind
     return True
 
 
 def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wscale: int, sack: bool,
-             ts_off: int, now: float) -> Connection:
+             ts_off: int, ecn: bool, now: float) -> Connection:
     """The child as Connection.start_passive_open would have left it after its SYN-ACK.
 
     Linux cookie_v4_check -> cookie_tcp_reqsk_alloc / tcp_get_cookie_sock; the peer's SYN
     window is unknown, the 3rd ACK's window replaces it (_establish_passive).
     """
     conn = stack.new_child(listener, seg)
-    cfg = stack.config
-    conn.passive = True
-    conn.listener = listener
-    conn.irs = (seg.seq - 1) & _M32
-    conn.iss = (seg.ack - 1) & _M32
-    conn.rcv_nxt = 1
-    conn.rcv_adv = 1
-    conn.last_ack_sent = 1
-    conn.ts_offset = ts_off
-    conn.ts_ok = seg.ts_val >= 0
-    if conn.ts_ok:
-        conn.ts_recent = seg.ts_val      # Linux: req->ts_recent = the ACK's TSval
-        conn.ts_recent_time = now
-    conn.ws_ok = wscale >= 0
-    conn.snd_wscale = wscale if conn.ws_ok else 0
-    conn.rcv_wscale = cfg.rcv_wscale if conn.ws_ok else 0
-    conn.sack_ok = sack
-    conn.peer_mss = peer_mss
-    conn.rcv_mss = min(peer_mss, stack.mtu_mss(conn.v6))
-    conn._compute_mss()
-    conn._window_field(True)             # the SYN-ACK's window: syn_window and rcv_adv
-    conn.snd_una = 0
-    conn.snd_nxt = conn.snd_max = 1      # the SYN-ACK went out
-    # No handshake RTT sample without timestamps (the SYN-ACK's send time is not stored):
-    # Linux's cookie request has snt_synack = 0. With timestamps the echoed TSval gives one.
-    conn.syn_retries = 1
-    conn.first_rto_time = now
-    conn._set_state(State.SYN_RECEIVED, now)
+    conn.open_from_cookie(listener, seg, peer_mss, wscale, sack, ts_off, ecn, now)
     if listener.preload:
         st = TfoState(client=False)
         conn.queue_views([listener.preload])        # the snapshot, by reference

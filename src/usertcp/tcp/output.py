@@ -1,0 +1,572 @@
+"""What a connection sends, and when (RFC 9293 §3.8.6, RFC 896/Minshall, RFC 6675 §5).
+
+:class:`Output` decides and builds the segments of one connection: retransmissions of
+what recovery marked lost (RFC 6675 NextSeg), new data within the send and congestion
+windows with sender silly-window avoidance, Nagle (Linux's Minshall variant), cork and
+MSG_MORE, TSO/GSO sizing (Linux tcp_tso_autosize), the SYN and SYN-ACK with their
+options, and the emit path that turns one segment into an IP packet for the stack.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from usertcp.tcp.recovery import (
+    CA_CWR,
+    CA_LOSS,
+    CA_OPEN,
+    CA_RECOVERY,
+    ECN_DEMAND_CWR,
+    ECN_OK,
+    ECN_QUEUE_CWR,
+    INF,
+    SentSegment,
+)
+from usertcp.tcp.seq import SEQ_MASK
+from usertcp.tcp.states import SYNCHRONIZED, State
+from usertcp.wire.packet import build_packet
+from usertcp.wire.segment import ACK, CWR, ECE, ECN_ECT0, FIN, PSH, RST, SYN, Buffer, Segment
+from usertcp.wire.tcp import encode_options
+
+if TYPE_CHECKING:
+    from usertcp.tcp.connection import Connection
+
+# Path-MTU discovery modes (IP_MTU_DISCOVER values, linux/in.h).
+IP_PMTUDISC_DONT, IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE = 0, 1, 2, 3
+# Linux ip_dont_fragment(): IPv4 DF only with IP_PMTUDISC_WANT (the default) or IP_PMTUDISC_DO.
+_DF_MODES = (IP_PMTUDISC_WANT, IP_PMTUDISC_DO)
+MAX_WINDOW = 65535
+GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
+MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
+SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
+SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
+
+
+class Output:
+    """The transmit side of one connection: its Nagle/cork state and the segments it builds."""
+
+    __slots__ = ("conn", "corked", "force_push", "mid_write", "more_pending", "nagle_off", "push_end",
+                 "snd_sml", "ts_last", "xmit_budget")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.snd_sml = 0               # end of the last small segment (Minshall's Nagle)
+        self.nagle_off = False         # TCP_NODELAY
+        self.corked = False            # TCP_CORK
+        self.more_pending = False      # inside a send(MSG_MORE): hold its partial segment
+        self.push_end = 0              # stream end of the last write without MSG_MORE (PSH mark)
+        self.force_push = False        # one push overriding cork/MSG_MORE (TCP_NODELAY set, uncork)
+        self.mid_write = False         # a push inside send(): more of the same write follows
+        self.xmit_budget = -1          # bytes of new data this output may send (-1: no limit)
+        self.ts_last = 0               # the last TSval sent, before the offset (RFC 7323 §5.4)
+
+    def size_goal(self) -> int:
+        """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
+        bounded by half the peer's largest window (tcp_bound_to_half_wnd); one MSS without
+        GSO (TCP-MD5 turns it off)."""
+        c = self.conn
+        mss = c.mss
+        if c.md5_key is not None:
+            return mss
+        goal = GSO_MAX_SIZE
+        cutoff = c.max_snd_wnd >> 1 if c.max_snd_wnd > 536 else c.max_snd_wnd
+        if cutoff and goal > cutoff:
+            goal = max(cutoff, 68 - 20 - (12 if c.ts_ok else 0))   # 68 - tcp_header_len
+        return max(goal // mss * mss, mss)
+
+    def tso_bytes(self) -> int:
+        """Linux tcp_tso_segs()/tcp_tso_autosize(): the largest burst one skb leaves in,
+        about 1 ms of the pacing rate but at least tcp_min_tso_segs segments."""
+        c = self.conn
+        mss = c.mss
+        if c.md5_key is not None:
+            return mss
+        srtt = c.rtt.srtt
+        cwnd = c.cc.cwnd
+        if not srtt:
+            size = GSO_MAX_SIZE                 # sk_pacing_rate starts unlimited
+        else:
+            # tcp_update_pacing_rate(): 200% of cwnd/srtt in slow start, 120% after.
+            ratio = 2.0 if cwnd < c.cc.ssthresh // 2 else 1.2
+            rate = ratio * max(cwnd, c.snd_nxt - c.snd_una) / srtt
+            size = int(rate) >> 10              # sk_pacing_shift
+            r = int((c.rtt.min_rtt or srtt) * 1e6) >> 9    # tcp_tso_rtt_log
+            if r < 32:
+                size += GSO_MAX_SIZE >> r
+            size = min(size, GSO_MAX_SIZE)
+        return max(size // mss, c.config.min_tso_segs, 1) * mss
+
+    def window_field(self, syn: bool) -> int:
+        """The receive window to advertise, with receiver SWS avoidance (RFC 9293 §3.8.6.2.2)."""
+        c = self.conn
+        free = c.rcvbuf_limit - len(c.rcv_buf) - c.ooo.bytes_queued
+        if free < 0:
+            free = 0
+        if syn:
+            # RFC 7323 §2.2: the SYN window is never scaled. Its right edge is relative to
+            # the peer's ISN+1, which a SYN-SENT connection learns only from the SYN-ACK.
+            wnd = min(free, MAX_WINDOW)
+            c.syn_window = wnd
+            c.rcv_adv = max(c.rcv_adv, c.rcv_nxt + wnd)
+            return wnd
+        # Linux rcv_ssthresh: the window opens from 64 KB as data arrives (tcp_grow_window),
+        # instead of offering the whole buffer to a peer not yet known to use it.
+        capped = free > c.rcv_ssthresh
+        if capped:
+            free = c.rcv_ssthresh
+        right = c.rcv_nxt + free
+        cur = c.rcv_adv - c.rcv_nxt
+        if right < c.rcv_adv:
+            wnd = max(cur, 0)                # never shrink the window (RFC 9293 §3.8.6.2.2)
+        elif cur > 0 and not capped and right - c.rcv_adv < min(c.rcvbuf_limit // 2, c.rcv_mss):
+            wnd = cur                        # SWS: the buffer itself is the limit, wait for space
+        else:
+            wnd = free
+        # Round up to the scale unit as Linux does (ALIGN in tcp_select_window), within the buffer.
+        unit = 1 << c.rcv_wscale
+        if wnd % unit and wnd + unit - wnd % unit <= c.rcvbuf_limit - len(c.rcv_buf):
+            wnd += unit - wnd % unit
+        field = wnd >> c.rcv_wscale
+        if field > MAX_WINDOW:
+            field = MAX_WINDOW
+        c.rcv_adv = max(c.rcv_adv, c.rcv_nxt + (field << c.rcv_wscale))
+        return field
+
+    def tsval(self, now: float) -> int:
+        c = self.conn
+        # RFC 7323 §5.4: TSval must never go backwards, even if a caller's clock reading is
+        # older than one used before (the peer's PAWS would drop the segment).
+        t = int(now * 1000)
+        if t < self.ts_last:
+            t = self.ts_last
+        self.ts_last = t
+        return (t + c.ts_offset) & SEQ_MASK
+
+    def emit(self, now: float, off: int, flags: int, payload: list[memoryview] | tuple[()] = (),
+              options: bytes | None = None, gso_size: int = 0) -> bool:
+        """Build and queue one segment starting at send offset ``off``; False if the local
+        queue refused it (``Stack.tx_refuse``).
+
+        As in Linux's __tcp_transmit_skb, what precedes the hand-off happens either way: the
+        ACK state is cleared (a refused ACK is just lost) and the segment is counted.
+        """
+        c = self.conn
+        rx = c.rx
+        tm = c.timers
+        syn = bool(flags & SYN)
+        if options is None:
+            options = self.data_options(now)
+        window = self.window_field(syn)
+        ack = 0
+        if flags & ACK:
+            ack = (c.irs + c.rcv_nxt) & SEQ_MASK
+            c.last_ack_sent = c.rcv_nxt
+            rx.ack_pending = 0
+            tm.delack_deadline = INF
+            rx.dsack = None
+        tos = c.tos
+        ef = c.ecn_flags
+        if ef and not syn:
+            # Linux tcp_ecn_send(): only new data is ECT(0) (RFC 3168 §6.1.5: never pure ACKs
+            # or retransmissions), and the first of it after a reduction carries CWR; ECE
+            # goes on every segment while a CE mark waits for the peer's CWR (§6.1.3).
+            if payload and off >= c.snd_max:
+                tos |= ECN_ECT0
+                if ef & ECN_QUEUE_CWR:
+                    c.ecn_flags = ef = ef & ~ECN_QUEUE_CWR
+                    flags |= CWR
+            if ef & ECN_DEMAND_CWR and c.state is not State.TIME_WAIT:
+                flags |= ECE
+        pkt = build_packet(src=c.local_ip, dst=c.remote_ip, sport=c.local_port,
+                           dport=c.remote_port, seq=(c.iss + off) & SEQ_MASK, ack=ack, flags=flags,
+                           window=window, options=options, payload=payload, ttl=c.config.ttl,
+                           tos=tos, md5_key=c.md5_key, csum_partial=c.stack.tx_csum_offload,
+                           gso_size=gso_size, df=c.pmtudisc in _DF_MODES)
+        # Only an explicit False is a refusal: a wrapper of output() that drops its result
+        # (it returned None before refusals existed) must not read as one.
+        ok = c.stack.output(pkt) is not False
+        c.segs_out += 1
+        c.last_snd_time = now
+        mib = c.mib
+        mib["TcpOutSegs"] += 1
+        if flags & RST:
+            mib["TcpOutRsts"] += 1
+        if not ok:
+            tm.tx_refused = True
+            if c.state in SYNCHRONIZED:
+                # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
+                c.recovery.enter_cwr(now, "local_congestion")
+        return ok
+
+    def data_options(self, now: float) -> bytes:
+        """Options of a non-SYN segment: timestamps and SACK blocks (RFC 7323, 2018, 2883)."""
+        c = self.conn
+        rx = c.rx
+        ts = (self.tsval(now), c.ts_recent) if c.ts_ok else None
+        blocks: list[tuple[int, int]] = []
+        if c.sack_ok and (rx.dsack is not None or not c.ooo.empty):
+            room = 40 - (12 if ts else 0) - (20 if c.md5_key is not None else 0)
+            max_blocks = (room - 4) // 8
+            irs = c.irs
+            if rx.dsack is not None and max_blocks > 0:
+                blocks.append(((irs + rx.dsack[0]) & SEQ_MASK, (irs + rx.dsack[1]) & SEQ_MASK))
+            for left, right in c.ooo.sack_blocks(max_blocks):
+                if len(blocks) >= max_blocks:
+                    break
+                blocks.append((left, right))
+        if not ts and not blocks and c.md5_key is None:
+            return b""
+        return encode_options(ts=ts, sack_blocks=blocks, md5=c.md5_key is not None)
+
+    def send_ack(self, now: float) -> None:
+        c = self.conn
+        self.emit(now, c.snd_nxt, ACK)
+
+    def send_rst(self, now: float) -> None:
+        """An active reset (RFC 9293 §3.10.7.4 abort): RST|ACK at snd_nxt."""
+        c = self.conn
+        self.emit(now, c.snd_nxt, RST | ACK, options=self.rst_options(now))
+
+    def rst_options(self, now: float) -> bytes:
+        c = self.conn
+        ts = (self.tsval(now), c.ts_recent) if c.ts_ok else None
+        if ts is None and c.md5_key is None:
+            return b""
+        return encode_options(ts=ts, md5=c.md5_key is not None)
+
+    def syn_options(self, now: float, synack: bool, peer: Segment | None) -> bytes:
+        """Linux's SYN/SYN-ACK option set: only what the peer offered, for a SYN-ACK."""
+        c = self.conn
+        cfg = c.config
+        mss = c.stack.mtu_mss(c.v6)
+        if c.user_mss:
+            mss = min(mss, c.user_mss)
+        if synack:
+            ts = (self.tsval(now), c.ts_recent) if c.ts_ok else None
+            sack = c.sack_ok
+            wscale = c.rcv_wscale if c.ws_ok else -1
+        else:
+            ts = (self.tsval(now), 0) if cfg.timestamps else None
+            sack = cfg.sack
+            wscale = c.rcv_wscale if cfg.window_scaling else -1
+        fastopen, fastopen_exp = c.stack.fastopen_syn_option(c, synack, peer)
+        return encode_options(mss=mss, ts=ts, sack_permitted=sack, wscale=wscale,
+                              fastopen=fastopen, fastopen_exp=fastopen_exp, md5=c.md5_key is not None)
+
+    def send_syn(self, now: float) -> bool:
+        """Send (or resend) the SYN or SYN-ACK; False if the local queue refused it, which
+        the first transmission ignores as Linux's tcp_connect/tcp_conn_request do (a loss)."""
+        c = self.conn
+        rec = c.recovery
+        tm = c.timers
+        flags = SYN
+        payload: list[memoryview] = []
+        if c.state is State.SYN_RECEIVED:
+            flags |= ACK
+            if c.ecn_flags & ECN_OK:
+                flags |= ECE         # Linux tcp_ecn_make_synack / tcp_ecn_send_synack
+        elif c.ecn_flags & ECN_OK and not (c.syn_retries and c.config.ecn_fallback):
+            # Linux tcp_ecn_send_syn; tcp_ecn_clear_syn: a retransmitted SYN goes without
+            # ECE|CWR (RFC 3168 §6.1.1.1), in case a middlebox drops ECN-setup SYNs.
+            flags |= ECE | CWR
+        payload = c.stack.syn_payload(c)
+        ok = self.emit(now, 0, flags, payload, options=self.syn_options(now, bool(flags & ACK), None))
+        end = 1 + sum(len(p) for p in payload)
+        c.snd_nxt = max(c.snd_nxt, end)
+        c.snd_max = max(c.snd_max, end)
+        if tm.rto_deadline == INF:
+            tm.rto_deadline = now + c.rtt.timeout
+        if payload and not rec.rtx:
+            rec.rtx.append(SentSegment(1, end, False, now))
+        elif payload and rec.rtx[0].start == 1:
+            # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
+            rec.rtx[0].tx_count += 1
+            rec.rtx[0].tx_time = now
+        return ok
+
+    def run(self, now: float) -> None:
+        """Send what the windows allow: retransmissions, new data, FIN, then any owed ACK."""
+        c = self.conn
+        rx = c.rx
+        tm = c.timers
+        st = c.state
+        if st is State.CLOSED or st is State.LISTEN or st is State.TIME_WAIT:
+            if rx.ack_now:
+                rx.ack_now = False
+                if st is State.TIME_WAIT:
+                    self.send_ack(now)
+            return
+        if st is State.SYN_SENT or st is State.SYN_RECEIVED:
+            rx.ack_now = False
+            c.stack.syn_state_output(c, now)
+            return
+        sent = False
+        if c.recovery.lost_bytes:
+            sent = self.send_retransmissions(now)
+        if c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0):
+            if self.send_new_data(now):
+                sent = True
+                # Where a burst stopped inside an skb, Linux split it (tso_fragment).
+                c.snd_buf.mark_sent(c.snd_max - 1, self.tso_bytes())
+        self.force_push = False
+        if rx.ack_now:
+            rx.ack_now = False
+            if not sent or rx.ack_pending:
+                self.send_ack(now)
+        if c.snd_max > c.snd_una and tm.rto_deadline == INF:
+            tm.rto_deadline = now + c.rtt.timeout
+        if sent:
+            tm.tlp_deadline = INF      # Linux re-arms the probe after each transmission
+            tm.arm_tlp(now)
+        tm.arm_probe(now)
+        if c.keepalive and c.state in SYNCHRONIZED:
+            tm.keepalive_deadline = c.last_rcv_time + c.keepalive_time \
+                if tm.probes_out == 0 else tm.keepalive_deadline
+
+    def send_retransmissions(self, now: float) -> bool:
+        """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd."""
+        c = self.conn
+        rec = c.recovery
+        sent = False
+        cwnd = c.cc.cwnd
+        rtx = rec.rtx
+        i = -1
+        while i + 1 < len(rtx):
+            i += 1
+            r = rtx[i]
+            if not r.lost or r.retrans or r.sacked:
+                continue
+            if c.in_flight + (r.end - r.start) > cwnd and sent:
+                break
+            if c.in_flight >= cwnd and not (not sent and rec.ca_state == CA_RECOVERY
+                                               and rec.retrans_bytes == 0):
+                break
+            if not self.retransmit(r, now, i):
+                break             # Linux tcp_xmit_retransmit_queue stops at a failed one
+            sent = True
+        return sent
+
+    def retransmit(self, r: SentSegment, now: float, index: int = 0) -> bool:
+        c = self.conn
+        rec = c.recovery
+        tm = c.timers
+        # Re-cut to the current MSS (the MSS may have shrunk).
+        if r.end - r.start - (1 if r.fin else 0) > c.mss:
+            tail = SentSegment(r.start + c.mss, r.end, r.fin, r.tx_time)
+            tail.tx_count, tail.lost, tail.first_tx = r.tx_count, r.lost, r.first_tx
+            r.end = r.start + c.mss
+            r.fin = False
+            rec.rtx.insert(index + 1, tail)
+        dlen = r.end - r.start - (1 if r.fin else 0)
+        payload = c.snd_buf.views(r.start - 1, dlen) if dlen else []
+        # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment).
+        c.snd_buf.split(r.start - 1)
+        c.snd_buf.split(r.start - 1 + dlen)
+        flags = ACK
+        if r.fin:
+            flags |= FIN
+        if dlen and r.start - 1 + dlen >= c.snd_buf.end:
+            flags |= PSH
+        if not self.emit(now, r.start, flags, payload):
+            return self.retransmit_refused(r)
+        if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
+            rec.prr_out += r.end - r.start
+        r.retrans = True
+        rec.retrans_bytes += r.end - r.start
+        r.tx_count += 1
+        r.tx_time = now
+        c.total_retrans += 1
+        if c.stack.tracer is not None:
+            reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(rec.ca_state, "probe")
+            c.stack.trace(c, "tcp:retransmit", {"rel_seq": r.start, "end": r.end,
+                                                      "tx_count": r.tx_count, "reason": reason}, now)
+        c.mib["TcpRetransSegs"] += 1
+        if rec.ca_state == CA_RECOVERY:
+            c.mib["TcpExtTCPFastRetrans"] += 1
+        if tm.rto_deadline == INF:
+            tm.rto_deadline = now + c.rtt.timeout
+        return True
+
+    def retransmit_refused(self, r: SentSegment) -> bool:
+        """Linux __tcp_retransmit_skb when the local queue refused the copy: counted as a
+        retransmission (and TCPRetransFail), marked EVER_RETRANS so no RTT sample comes from
+        it (Karn), but not SACKED_RETRANS: it is not in flight and stays to be retransmitted."""
+        c = self.conn
+        r.tx_count += 1
+        c.total_retrans += 1
+        c.mib["TcpRetransSegs"] += 1
+        c.mib["TcpExtTCPRetransFail"] += 1
+        return False
+
+    def send_new_data(self, now: float) -> bool:
+        """RFC 9293 §3.8.6.2.1 sender SWS avoidance, Nagle (Minshall), cwnd and rwnd limits."""
+        c = self.conn
+        sent = False
+        mss = c.mss
+        data_end = c.snd_buf.end + 1          # offset just past the last queued byte
+        budget = self.xmit_budget               # tcp_push_one(): one skb's burst at most
+        while True:
+            nxt = c.snd_nxt
+            avail = data_end - nxt
+            fin_now = c.fin_queued and avail <= 0 and nxt == data_end
+            if avail <= 0 and not fin_now:
+                break
+            wnd_right = c.snd_una + c.snd_wnd
+            wnd_room = wnd_right - nxt
+            # Linux counts packets: a fast-open child's unacknowledged SYN-ACK is not in its
+            # packets_out, so its sequence byte takes no room from the first flight's cwnd.
+            cwnd_room = c.cc.cwnd - c.in_flight + (1 if c.snd_una == 0 else 0)
+            if fin_now:
+                # A bare FIN is sent regardless of the windows' payload room.
+                return self.emit_new(now, nxt, 0, fin=True) or sent
+            if cwnd_room <= 0 or wnd_room <= 0:
+                break
+            # With TSO the link cuts super-segments into MSS pieces (RFC 9293 §3.7.4 still
+            # holds on the wire); never with MD5, whose digest covers each segment.
+            limit = mss
+            if c.stack.gso_max_size > mss and c.md5_key is None:
+                limit = max(c.stack.gso_max_size // mss, 1) * mss
+            size = min(avail, limit, wnd_room, cwnd_room)
+            if budget >= 0:
+                if budget == 0:
+                    break
+                size = min(size, budget)
+            if size < mss and size < avail:
+                # Window-limited to a small segment: only if it is half the max window (SWS).
+                if size < c.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
+                    if not (cwnd_room < mss and c.snd_nxt == c.snd_una):
+                        break
+            if size < mss and size == avail and not self.force_push:
+                # A partial segment of all remaining data: Nagle/cork decide (RFC 896, Linux).
+                if self.corked or self.more_pending or self.mid_write:
+                    break
+                if not self.nagle_off and self.snd_sml > c.snd_una and c.snd_nxt > c.snd_una:
+                    break
+            fin = c.fin_queued and nxt + size == data_end
+            # Linux marks PSH where a transmit burst ends: the end of the written data, or
+            # the last segment the windows let out now (what packetdrill sees of TSO skbs).
+            rest = avail - size
+            room_after = min(wnd_room, cwnd_room) - size
+            # Limited transmit (a dupack let one segment out, RFC 3042) sends no PSH in Linux.
+            # Inside a write the burst ends only where the windows stop it.
+            burst_end = c.recovery.ca_state == CA_OPEN and not self.more_pending \
+                and (room_after < mss if self.mid_write else rest <= 0 or room_after < min(mss, rest))
+            if not self.emit_new(now, nxt, size, fin=fin, push=burst_end):
+                break          # Linux tcp_write_xmit: a refused skb stays at the queue head
+            sent = True
+            if budget > 0:
+                budget -= size
+            if size < mss:
+                self.snd_sml = nxt + size
+        return sent
+
+    def emit_new(self, now: float, off: int, size: int, *, fin: bool, push: bool = False,
+                  force_psh: bool = False) -> bool:
+        c = self.conn
+        rec = c.recovery
+        tm = c.timers
+        payload = c.snd_buf.views(off - 1, size) if size else []
+        flags = ACK
+        end_data = off - 1 + size
+        if size and (force_psh or (push and (self.mid_write or end_data <= self.push_end))
+                     or (end_data >= self.push_end > off - 1)):
+            # Linux pushes at the end of a write without MSG_MORE, and where a burst of such
+            # data ends; bytes written with MSG_MORE beyond that point never carry PSH.
+            flags |= PSH
+        if fin:
+            flags |= FIN
+        end = off + size + (1 if fin else 0)
+        if not self.emit(now, off, flags, payload, gso_size=c.mss if size > c.mss else 0):
+            return False       # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
+        if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
+            rec.prr_out += end - off
+        rec.rtx.append(SentSegment(off, end, fin, now))
+        c.snd_nxt = end
+        if end > c.snd_max:
+            c.snd_max = end
+        if size:
+            c.data_segs_out += 1
+        if tm.rto_deadline == INF:
+            tm.rto_deadline = now + c.rtt.timeout
+        if c.last_rcv_time and now - c.last_rcv_time < c.config.delack_min:
+            c.rx.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
+        return True
+
+    def check_space(self) -> None:
+        """Linux tcp_check_space()/tcp_new_space(), after an ACK was processed: with a writer
+        waiting, grow an unlocked send buffer to the congestion window, then wake it."""
+        c = self.conn
+        if not c.sock_nospace:
+            return
+        mem = c.stack.mem
+        if (not c.sndbuf_locked and c.in_flight < c.cc.cwnd
+                and not (mem.limit and mem.used >= mem.limit)):
+            self.sndbuf_expand()       # tcp_should_expand_sndbuf()
+        c.write_space()
+
+    def sndbuf_expand(self) -> None:
+        """Linux tcp_sndbuf_expand(): room for two windows of worst-case skbs (one per MSS,
+        power-of-two heads) of max(IW10, cwnd, reordering + 1) segments, up to tcp_wmem[2]."""
+        c = self.conn
+        per_mss = max(c.peer_mss, c.mss) + MAX_TCP_HEADER + SKB_SHINFO_SIZE
+        per_mss = (1 << (per_mss - 1).bit_length()) + SK_BUFF_SIZE
+        nr_segs = max(10, c.cc.cwnd // max(c.mss, 1), c.recovery.reordering + 1)
+        sndmem = 2 * nr_segs * per_mss
+        if c.sndbuf_limit < sndmem:
+            c.sndbuf_limit = min(sndmem, c.config.wmem[2])
+
+    def write(self, data: Buffer, now: float, more: bool) -> int:
+        """Copy ``data`` into the send buffer skb by skb (Linux tcp_sendmsg_locked), pushing
+        full skbs as Linux does (forced_push, tcp_push_one) and the rest at the end."""
+        c = self.conn
+        buf = c.snd_buf
+        total = len(data)
+        mem = c.stack.mem
+        view = data if isinstance(data, memoryview) else memoryview(data)
+        owned = isinstance(data, bytes)
+        goal = self.size_goal()
+        copied = 0
+        while copied < total:
+            copy = buf.tail_room(goal)
+            new_skb = copy <= 0
+            if new_skb:
+                if not c.memory_free:
+                    c.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
+                    break
+                copy = goal
+            copy = min(copy, total - copied, mem.room())
+            if copy <= 0:
+                c.mib["UsertcpSendMemLimited"] += 1
+                break
+            if owned:
+                chunk: Buffer = data if copy == total else view[copied:copied + copy]
+            else:
+                chunk = bytes(view[copied:copied + copy])   # the caller may reuse a mutable buffer
+            buf.append(chunk, new_skb=new_skb)
+            copied += copy
+            if copied < total and c.is_synchronized and buf.tail_room(goal) == 0:
+                # A full skb with more to copy: forced_push() marks PSH and pushes every
+                # half max window, else tcp_push_one() sends it when it is the send head.
+                forced = buf.end - self.push_end > c.max_snd_wnd >> 1
+                if forced:
+                    self.push_end = buf.end
+                if forced or buf.tail_is_send_head():
+                    self.mid_write = True
+                    self.more_pending = more
+                    self.xmit_budget = -1 if forced else self.tso_bytes()
+                    self.run(now)
+                    self.xmit_budget = -1
+                    self.mid_write = self.more_pending = False
+                    goal = self.size_goal()
+        if copied <= 0:
+            return 0
+        if not more:
+            self.push_end = buf.end
+        if c.is_synchronized:
+            # MSG_MORE holds a partial segment for this call's push only (Linux tcp_push with
+            # TCP_NAGLE_CORK); a later ACK-clocked transmission sends it as Nagle allows.
+            self.more_pending = more
+            self.run(now)
+            self.more_pending = False
+        return copied
+

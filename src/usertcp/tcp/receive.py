@@ -1,0 +1,256 @@
+"""The receive side of one connection (RFC 9293 §3.10.7.4 seventh/eighth steps, RFC 5681 §4.2).
+
+:class:`Receive` takes in-window data: it trims what was already received or lies
+beyond the window, queues in-order bytes for the application and out-of-order ones for
+reassembly, notes CE marks (RFC 3168 §6.1.3), opens the window as data arrives (Linux
+tcp_grow_window) and decides when the ACK goes out: at once, or delayed (RFC 9293
+§3.8.6.3) after Linux's quick-ACK start. It also sends the window update a read earns
+(Linux tcp_cleanup_rbuf) and handles the header-predicted data segment.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from usertcp.tcp.output import MAX_WINDOW
+from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
+from usertcp.tcp.seq import SEQ_MASK, seq_diff
+from usertcp.tcp.states import RECEIVING, State
+from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, SYN, Segment
+
+if TYPE_CHECKING:
+    from usertcp.tcp.connection import Connection
+
+
+class Receive:
+    """ACK scheduling state and the data-arrival path of one connection."""
+
+    __slots__ = ("ack_now", "ack_pending", "conn", "dsack", "pingpong", "quickack")
+
+    def __init__(self, conn: Connection, quickack: int) -> None:
+        self.conn = conn
+        self.ack_pending = 0           # bytes received and not yet acknowledged
+        self.quickack = quickack       # ACKs still to send at once (Linux icsk_ack.quick)
+        self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
+        self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
+        self.ack_now = False           # an ACK is owed at the end of this event
+
+    def data_arrives(self, seg: Segment, seg_off: int, now: float) -> None:
+        """RFC 9293 §3.10.7.4 seventh/eighth: queue in-order data, reassemble, handle FIN."""
+        c = self.conn
+        payload = seg.payload
+        fin = bool(seg.flags & FIN)
+        if seg.flags & SYN:
+            seg_off += 1          # data in a SYN starts after the SYN's sequence number
+        plen = len(payload)
+        mib = c.mib
+        c.last_rcv_time = now
+        nxt = c.rcv_nxt
+        if plen:
+            c.data_segs_in += 1
+        # Trim what was already received (RFC 9293 §3.10.7.4 "trim").
+        if seg_off < nxt:
+            cut = nxt - seg_off
+            if cut >= plen and not fin:
+                self.dsack = (seg_off, seg_off + plen) if c.sack_ok and c.config.dsack else None
+                mib["TcpExtTCPDSACKOldSent" if self.dsack else "UsertcpDupData"] += 1
+                self.schedule_ack(now, immediate=True)
+                return
+            if cut > plen:
+                cut = plen
+            if c.sack_ok and c.config.dsack and cut:
+                self.dsack = (seg_off, seg_off + cut)
+            payload = payload[cut:]
+            seg_off += cut
+            plen -= cut
+        # Trim to the receive window's right edge.
+        right = c.rcv_nxt + max(c.rcv_adv - c.rcv_nxt, 0)
+        if seg_off + plen > right:
+            keep = max(right - seg_off, 0)
+            payload = payload[:keep]
+            plen = keep
+            fin = False
+            mib["UsertcpBeyondWindow"] += 1
+        mem = c.stack.mem
+        if plen and mem.limit and mem.used + plen > mem.limit:
+            # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
+            # ACK restates what we have, and the peer retransmits when memory frees.
+            mib["TcpExtTCPRcvQDrop"] += 1
+            self.schedule_ack(now, immediate=True)
+            return
+        if plen and c.ecn_flags:
+            self.ecn_check_ce(seg.ecn)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
+        if seg_off == nxt:
+            self._in_order(payload, fin, now)
+        else:
+            # Out of order: queue it and send an immediate duplicate ACK (RFC 5681 §4.2).
+            irs = c.irs
+            if not c.ooo.add((irs + seg_off) & SEQ_MASK, payload, fin, (irs + nxt) & SEQ_MASK):
+                mib["TcpExtTCPOFODrop"] += 1
+            else:
+                mib["TcpExtTCPOFOQueue"] += 1
+            self.schedule_ack(now, immediate=True)
+
+    def _in_order(self, payload: memoryview, fin: bool, now: float) -> None:
+        """Data at RCV.NXT: deliver it and what reassembly now releases, then the FIN."""
+        c = self.conn
+        plen = len(payload)
+        nxt = c.rcv_nxt
+        if plen:
+            self.grow_window(plen)
+            if not c.read_shutdown or not c.closed_by_app:
+                c.rcv_buf.append(payload)
+            nxt += plen
+            c.bytes_received += plen
+        if fin:
+            nxt += 1
+        if fin and not c.ooo.empty:
+            c.ooo.clear()       # nothing can follow a FIN (RFC 9293 §3.10.7.4 eighth)
+        if not c.ooo.empty:
+            nxt_seq = (c.irs + nxt) & SEQ_MASK
+            chunks, new_seq, ooo_fin = c.ooo.pop_ready(nxt_seq)
+            for chunk in chunks:
+                c.rcv_buf.append(chunk)
+                c.bytes_received += len(chunk)
+            if ooo_fin:
+                fin = True
+            nxt += seq_diff(new_seq, nxt_seq)
+            immediate = True       # RFC 5681 §4.2: ACK at once when a hole fills
+        else:
+            immediate = False
+        c.rcv_nxt = nxt
+        if fin:
+            c.fin_arrives(now)
+            self.schedule_ack(now, immediate=True)
+        elif plen or immediate:
+            self.schedule_ack(now, immediate=immediate, length=plen)
+        if fin or plen:
+            c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
+        if c.on_readable is not None and (fin or c.rcv_buf.size):
+            c.on_readable(c)
+
+    def ecn_check_ce(self, ecn: int) -> None:
+        """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
+        c = self.conn
+        ef = c.ecn_flags
+        if not ef & ECN_OK:
+            return
+        if ecn == ECN_CE:
+            c.mib["UsertcpECNCeDataSegs"] += 1
+            if not ef & ECN_DEMAND_CWR:
+                # Echo ECE from now until the peer's CWR; do not delay the ACKs that carry
+                # it, the sender may have a very small cwnd.
+                self.enter_quickack_mode(2)
+                ef |= ECN_DEMAND_CWR
+            c.ecn_flags = ef | ECN_SEEN
+        elif ecn != ECN_NOT_ECT:
+            c.ecn_flags = ef | ECN_SEEN
+        elif ef & ECN_SEEN:
+            # Not ECT on an ECN connection that has seen ECT: probably a retransmission
+            # (RFC 3168 §6.1.5), so ACK it quickly.
+            self.enter_quickack_mode(2)
+
+    def enter_quickack_mode(self, max_quickacks: int) -> None:
+        """Linux tcp_enter_quickack_mode: the next ACKs go out at once, interactive mode off."""
+        c = self.conn
+        quick = c.rcv_adv - c.rcv_nxt
+        quick = quick // (2 * max(c.rcv_mss, 1)) if quick > 0 else 0
+        quick = min(quick or 2, max_quickacks)
+        if quick > self.quickack:
+            self.quickack = quick
+        self.pingpong = False
+
+    def grow_window(self, plen: int) -> None:
+        """Linux tcp_grow_window: each full-sized segment opens the window by two MSS."""
+        c = self.conn
+        if c.rcv_ssthresh < c.rcvbuf_limit and plen >= c.rcv_mss // 2:
+            c.rcv_ssthresh = min(c.rcv_ssthresh + 2 * c.rcv_mss, c.rcvbuf_limit)
+
+    def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
+        """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
+        c = self.conn
+        tm = c.timers
+        self.ack_pending += max(length, 1)
+        if immediate:
+            self.ack_now = True
+            return
+        if self.quickack > 0 and not self.pingpong:
+            self.quickack -= 1
+            self.ack_now = True
+            return
+        # At least every second full-sized segment.
+        if c.rcv_nxt - c.last_ack_sent >= 2 * c.rcv_mss:
+            self.ack_now = True
+            return
+        if tm.delack_deadline == INF:
+            tm.delack_deadline = now + c.config.delack_min
+
+
+    def after_read(self, now: float) -> None:
+        """Send a window update if reading opened the window a lot (Linux tcp_cleanup_rbuf)."""
+        c = self.conn
+        if c.state not in RECEIVING:
+            return
+        free = min(c.rcvbuf_limit - len(c.rcv_buf) - c.ooo.bytes_queued, c.rcv_ssthresh)
+        new_wnd = min(max(free, 0) >> c.rcv_wscale, MAX_WINDOW) << c.rcv_wscale
+        cur = max(c.rcv_adv - c.rcv_nxt, 0)
+        clamp = min(c.rcvbuf_limit, MAX_WINDOW << c.rcv_wscale)
+        # Linux tcp_cleanup_rbuf: update when the window at least doubles and was at most half open.
+        if 2 * cur <= clamp and new_wnd >= 2 * cur and new_wnd > cur and new_wnd >= c.rcv_mss:
+            c.tx.send_ack(now)
+            c.reschedule()
+
+    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0) -> None:
+        """Predicted in-order data with the ACK unchanged: the slow path's effects, no more.
+
+        ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce).
+        """
+        c = self.conn
+        tm = c.timers
+        rec = c.recovery
+        c.segs_in += 1
+        seg_off = c.rcv_nxt
+        if ts_val >= 0 and seg_off <= c.last_ack_sent and not (ts_val - c.ts_recent) & 0x80000000:
+            c.ts_recent = ts_val
+            c.ts_recent_time = now
+        if seg_off > c.snd_wl1 or (seg_off == c.snd_wl1 and c.snd_una == c.snd_wl2):
+            c.snd_wl1 = seg_off
+            c.snd_wl2 = c.snd_una
+            if c.snd_wnd and tm.probe_deadline != INF:
+                tm.probe_deadline = INF
+                tm.probes_out = 0
+        plen = len(payload)
+        c.last_rcv_time = now
+        c.data_segs_in += 1
+        self.grow_window(plen)
+        if c.ecn_flags:
+            self.ecn_check_ce(ecn)
+        c.rcv_buf.append(payload)
+        c.rcv_nxt = seg_off + plen
+        c.bytes_received += plen
+        self.schedule_ack(now, length=plen)
+        c.sk_wakeups += 1             # sk_data_ready()
+        if c.on_readable is not None:
+            c.on_readable(c)
+        # output() has work only for these conditions; otherwise it would change nothing.
+        if (self.ack_now or rec.lost_bytes or c.keepalive or tm.probe_deadline != INF
+                or c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0)
+                or (c.snd_max > c.snd_una and tm.rto_deadline == INF)):
+            c.tx.run(now)
+        c.reschedule()
+
+    def update_prediction(self) -> None:
+        """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
+        c = self.conn
+        rec = c.recovery
+        if (c.state is State.ESTABLISHED and c.config.header_prediction and c.ooo.empty
+                and rec.ca_state == CA_OPEN and not rec.sacked_bytes and not rec.lost_bytes
+                and not rec.reno_dupacks and not c.closed_by_app and c.rcv_adv > c.rcv_nxt
+                and c.rcvbuf_limit > len(c.rcv_buf)
+                and (c.md5_key is None or c.config.md5_fast_path)):
+            hdr_len = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
+            window = c.snd_wnd >> c.snd_wscale
+            c.pred_flags = (hdr_len >> 2) << 28 | ACK << 16 | window if window <= 0xFFFF else 0
+        else:
+            c.pred_flags = 0
+

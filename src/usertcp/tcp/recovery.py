@@ -1,0 +1,577 @@
+"""Loss recovery: the SACK scoreboard and what it decides (RFC 6675, RFC 8985, RFC 6937).
+
+The scoreboard is the retransmission queue of :class:`SentSegment` records with its
+SACKed/lost/retransmitted byte counts (Linux sacked_out/lost_out/retrans_out). Loss is
+detected by RACK (RFC 8985, Linux's default for SACK peers), by DupThresh (RFC 6675
+IsLost) without RACK, or by duplicate ACKs without SACK (RFC 5681/6582 NewReno). Recovery
+reduces the window with PRR (RFC 6937); an ECN echo reduces it once per window (RFC 3168
+§6.1.2, Linux's CWR state).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from usertcp.tcp.states import State
+from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
+
+if TYPE_CHECKING:
+    from usertcp.tcp.connection import Connection
+
+INF = float("inf")
+
+# Linux congestion-avoidance states for tcpi_ca_state.
+CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
+
+# Linux tp->ecn_flags (include/net/tcp.h).
+ECN_OK = 0x1           # negotiated in the handshake
+ECN_QUEUE_CWR = 0x2    # cwnd was reduced: set CWR on the next new data segment
+ECN_DEMAND_CWR = 0x4   # a CE mark arrived: set ECE on every segment until the peer's CWR
+ECN_SEEN = 0x8         # an ECT or CE segment arrived
+
+
+class SentSegment:
+    """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
+
+    __slots__ = ("end", "fin", "first_tx", "lost", "retrans", "sacked", "start", "tx_count", "tx_time")
+
+    def __init__(self, start: int, end: int, fin: bool, now: float) -> None:
+        self.start = start
+        self.end = end
+        self.fin = fin
+        self.tx_time = now
+        self.first_tx = now
+        self.tx_count = 1
+        self.retrans = False
+        self.sacked = False
+        self.lost = False
+
+
+class Recovery:
+    """The scoreboard of one connection and its loss-recovery state (Linux tcp_sock's
+    sacked_out/lost_out/retrans_out, icsk_ca_state, high_seq, prr_*, rack)."""
+
+    __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
+                 "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
+                 "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reordering",
+                 "retrans_bytes", "rtx", "sacked_bytes")
+
+    def __init__(self, conn: Connection, reordering: int) -> None:
+        self.conn = conn
+        self.rtx: deque[SentSegment] = deque()   # sent and not cumulatively acked, in order
+        self.sacked_bytes = 0
+        self.lost_bytes = 0
+        self.retrans_bytes = 0
+        self.reno_dupacks = 0          # dupacks counted as "virtually SACKed" without SACK
+        self.dupacks = 0
+        self.ca_state = CA_OPEN
+        self.recover = 0               # RFC 6582/6675 RecoveryPoint (offset)
+        self.high_sacked = 0
+        self.acked_unsacked = 0        # bytes the last ACK acked that were not SACKed before
+        self.prior_cwnd = 0            # RFC 6937 RecoverFS (Linux prior_cwnd)
+        self.prr_delivered = 0
+        self.prr_out = 0
+        # RACK-TLP (RFC 8985), Linux's default loss detection for SACK connections.
+        self.rack_xmit_ts = -1.0       # RACK.xmit_ts: send time of the latest-sent delivered segment
+        self.rack_end = 0              # RACK.end_seq (offset)
+        self.rack_rtt = 0.0            # RACK.rtt
+        self.rack_fack = 0             # highest end offset delivered (RACK.fack)
+        self.fack_prior = -1           # rack_fack before the ACK being processed
+        self.rack_reord = False        # reordering seen (RACK.reord)
+        self.reordering = reordering   # tp->reordering, in segments (tcpi_reordering)
+
+    def trace_ca(self, old: int, trigger: str, now: float) -> None:
+        """Congestion state and window changes for the event trace."""
+        c = self.conn
+        names = ("open", "disorder", "cwr", "recovery", "loss")
+        c.stack.trace(c, "tcp:congestion_state",
+                         {"old": names[old], "new": names[self.ca_state], "trigger": trigger}, now)
+        c.stack.trace(c, "tcp:cwnd", {
+            "cwnd": c.cc.cwnd, "ssthresh": c.cc.ssthresh if c.cc.ssthresh < 1 << 60 else None,
+            "bytes_in_flight": c.in_flight, "smoothed_rtt": c.rtt.srtt, "rto": c.rtt.timeout}, now)
+
+    def outstanding_segments(self) -> int:
+        c = self.conn
+        return max((c.snd_nxt - c.snd_una + c.mss - 1) // max(c.mss, 1), 0)
+
+    def process_sack(self, blocks: tuple[tuple[int, int], ...], ack_off: int, now: float) -> bool:
+        """Mark SACKed records (RFC 2018 §3, RFC 6675 §4 update()). Returns True if new data was SACKed."""
+        c = self.conn
+        new = False
+        rtx = self.rtx
+        for left_seq, right_seq in blocks:
+            left = c.snd_off(left_seq)
+            right = c.snd_off(right_seq)
+            if right <= left or right > c.snd_max or left < c.snd_una - c.max_snd_wnd:
+                c.mib["TcpExtTCPSACKDiscard"] += 1
+                continue
+            if right <= ack_off or left < c.snd_una:
+                c.mib["TcpExtTCPDSACKRecv"] += 1    # RFC 2883: a duplicate report
+                continue
+            i = 0
+            while i < len(rtx):
+                r = rtx[i]
+                if r.end <= left:
+                    i += 1
+                    continue
+                if r.start >= right:
+                    break
+                if not r.sacked:
+                    # Linux tcp_match_skb_to_sack: a block marks whole MSS-sized pieces only; a
+                    # partial SACK of a one-MSS segment marks nothing.
+                    mss = max(c.mss, 1)
+                    lo = max(left, r.start)
+                    hi = min(right, r.end)
+                    if lo != r.start or hi != r.end:
+                        if r.end - r.start <= mss:
+                            i += 1
+                            continue
+                        a = r.start + -(-(lo - r.start) // mss) * mss
+                        b = hi if hi == r.end else r.start + ((hi - r.start) // mss) * mss
+                        if a >= b:
+                            i += 1
+                            continue
+                    else:
+                        a, b = lo, hi
+                    if r.start < a:
+                        tail = SentSegment(a, r.end, r.fin, r.tx_time)
+                        tail.tx_count, tail.retrans = r.tx_count, r.retrans
+                        tail.lost, tail.first_tx = r.lost, r.first_tx
+                        r.end = a
+                        r.fin = False
+                        rtx.insert(i + 1, tail)
+                        i += 1
+                        continue
+                    if r.end > b:
+                        tail = SentSegment(b, r.end, r.fin, r.tx_time)
+                        tail.tx_count, tail.retrans = r.tx_count, r.retrans
+                        tail.lost, tail.first_tx = r.lost, r.first_tx
+                        r.end = b
+                        r.fin = False
+                        rtx.insert(i + 1, tail)
+                    n = r.end - r.start
+                    r.sacked = True
+                    self.sacked_bytes += n
+                    c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
+                    if r.lost:
+                        self.lost_bytes -= n
+                        r.lost = False
+                    if r.retrans:
+                        self.retrans_bytes -= n
+                        r.retrans = False
+                    if r.end > self.high_sacked:
+                        self.high_sacked = r.end
+                    self.rack_note(r, now)
+                    new = True
+                    if r.tx_count == 1 and not c.ts_ok:
+                        c.rtt.on_sample(max(now - r.tx_time, 1e-6))
+                i += 1
+        return new
+
+    def mark_lost(self, r: SentSegment) -> None:
+        c = self.conn
+        if r.sacked or r.lost:
+            return
+        n = r.end - r.start
+        r.lost = True
+        self.lost_bytes += n
+        if c.stack.tracer is not None:
+            c.stack.trace(c, "tcp:packet_lost", {
+                "rel_seq": r.start, "end": r.end, "trigger": "rack" if c.config.rack and c.sack_ok
+                else ("sack" if c.sack_ok else "reno")}, c.stack.now)
+        if r.retrans:
+            # A lost retransmission: it no longer counts in the pipe (RFC 6675 §4 SetPipe).
+            r.retrans = False
+            self.retrans_bytes -= n
+
+    def detect_losses(self, now: float) -> None:
+        """RACK (RFC 8985 §6.2) when enabled, as Linux does for SACK peers; else RFC 6675 IsLost."""
+        c = self.conn
+        if c.config.rack:
+            self.rack_detect(now)
+        else:
+            self.dupthresh_detect()
+
+    def rack_note(self, r: SentSegment, now: float, fack: int = -1) -> None:
+        """RFC 8985 §6.2 steps 1-3: a segment was just delivered (cumulatively or by SACK).
+
+        ``fack`` is the highest delivered end before this ACK, for cumulatively acked
+        segments: SACK blocks of the same ACK do not make them look reordered (Linux prior_fack).
+        """
+        c = self.conn
+        if r.tx_count > 1 and now - r.tx_time < (c.rtt.min_rtt or 0.0):
+            return                      # the ACK may be for the original transmission
+        if r.tx_time > self.rack_xmit_ts or (r.tx_time == self.rack_xmit_ts and r.end > self.rack_end):
+            self.rack_xmit_ts = r.tx_time
+            self.rack_end = r.end
+            self.rack_rtt = now - r.tx_time
+        if r.end < (self.rack_fack if fack < 0 else fack):
+            if r.tx_count == 1:
+                # Delivered below what was already delivered, never retransmitted: reordering.
+                self.rack_reord = True
+                dist = -(-(self.rack_fack - r.start) // max(c.mss, 1))
+                if dist > self.reordering:
+                    self.reordering = min(dist, 300)       # Linux caps at tcp_max_reordering
+        else:
+            self.rack_fack = r.end
+
+    def rack_reo_wnd(self) -> float:
+        """RFC 8985 §6.2 step 4 (Linux tcp_rack_reo_wnd)."""
+        c = self.conn
+        if not self.rack_reord:
+            if self.ca_state in (CA_RECOVERY, CA_LOSS):
+                return 0.0
+            if self.sacked_bytes >= self.reordering * c.mss:
+                return 0.0
+        min_rtt = c.rtt.min_rtt or 0.0
+        return min(min_rtt / 4, c.rtt.srtt or min_rtt)
+
+    def rack_detect(self, now: float) -> None:
+        """RFC 8985 §6.2 step 5: lost if sent before RACK.xmit_ts and older than RTT + reo_wnd."""
+        c = self.conn
+        if self.rack_xmit_ts < 0:
+            return
+        reo = self.rack_reo_wnd()
+        xts, xend = self.rack_xmit_ts, self.rack_end
+        wait = INF
+        for r in self.rtx:
+            if r.sacked or (r.lost and not r.retrans):
+                continue
+            if r.tx_time > xts or (r.tx_time == xts and r.end >= xend):
+                continue                 # not sent before the latest delivered segment
+            remaining = r.tx_time + self.rack_rtt + reo - now
+            if remaining <= 1e-9:
+                if r.lost:               # a lost retransmission: eligible again
+                    r.retrans = False
+                    self.retrans_bytes -= r.end - r.start
+                else:
+                    self.mark_lost(r)
+            elif remaining < wait:
+                wait = remaining
+        # Linux adds TCP_TIMEOUT_MIN (2 ms) to the reordering timer.
+        c.timers.rack_deadline = now + wait + 0.002 if wait != INF else INF
+
+    def dupthresh_detect(self) -> None:
+        """RFC 6675 §4 IsLost: DupThresh SACKed segments, or more than (DupThresh-1)*SMSS bytes, above."""
+        c = self.conn
+        thresh = c.config.reordering
+        limit = (thresh - 1) * c.mss
+        sacked_above = 0
+        sacked_segs = 0
+        for r in reversed(self.rtx):
+            if r.sacked:
+                sacked_above += r.end - r.start
+                sacked_segs += 1
+            elif (sacked_segs >= thresh or sacked_above > limit) and not r.lost and not r.retrans:
+                self.mark_lost(r)
+
+    def init_cwnd_reduction(self, now: float) -> None:
+        """Linux tcp_init_cwnd_reduction: start one PRR-paced reduction (RFC 6937)."""
+        c = self.conn
+        # RFC 6937 PRR state; Linux uses the cwnd before the reduction as RecoverFS.
+        self.prior_cwnd = max(c.cc.cwnd, c.mss)
+        self.prr_delivered = 0
+        self.prr_out = 0
+        # Linux bases ssthresh on cwnd (tcp_reno_ssthresh / bictcp_recalc_ssthresh).
+        c.cc.on_congestion_event(now, c.cc.cwnd)
+        self.recover = c.snd_max          # Linux high_seq
+        self.ecn_queue_cwr()
+
+    def ecn_queue_cwr(self) -> None:
+        """Linux tcp_ecn_queue_cwr: every reduction is announced with CWR (RFC 3168 §6.1.2)."""
+        c = self.conn
+        if c.ecn_flags & ECN_OK:
+            c.ecn_flags |= ECN_QUEUE_CWR
+
+    def enter_cwr(self, now: float, trigger: str = "ecn_echo") -> None:
+        """Linux tcp_enter_cwr: an ECN echo (or a locally refused transmission) reduces cwnd (by
+        the CC's ssthresh) at most once per window of data (RFC 3168 §6.1.2), in the CWR state,
+        paced by PRR like a recovery."""
+        c = self.conn
+        if self.ca_state >= CA_CWR:
+            return
+        c.mib["UsertcpECNCwndReductions" if trigger == "ecn_echo" else "UsertcpLocalCwndReductions"] += 1
+        self.init_cwnd_reduction(now)
+        old = self.ca_state
+        self.ca_state = CA_CWR
+        if c.stack.tracer is not None:
+            self.trace_ca(old, trigger, now)
+
+    def end_cwr(self, now: float) -> None:
+        """Linux tcp_end_cwnd_reduction + TCP_CA_Open: cwnd settles at ssthresh."""
+        c = self.conn
+        c.cc.on_recovery_exit()
+        self.ca_state = CA_OPEN
+        if c.stack.tracer is not None:
+            self.trace_ca(CA_CWR, "cwr_done", now)
+
+    def enter_recovery(self, now: float) -> None:
+        """RFC 6675 §5 / RFC 6582 §3.2: fast retransmit and the start of fast recovery."""
+        c = self.conn
+        if self.ca_state in (CA_RECOVERY, CA_LOSS):
+            return
+        c.mib["TcpExtTCPSackRecovery" if c.sack_ok else "TcpExtTCPRenoRecovery"] += 1
+        if self.ca_state != CA_CWR:
+            # Linux tcp_enter_recovery: an ECN-triggered reduction already under way is the
+            # one for this window; the loss does not reduce again.
+            self.init_cwnd_reduction(now)
+        old = self.ca_state
+        self.ca_state = CA_RECOVERY
+        if c.stack.tracer is not None:
+            self.trace_ca(old, "loss_detected", now)
+
+    def prr(self, delivered: int, *, una_advanced: bool = False, newly_lost: bool = False) -> None:
+        """RFC 6937 proportional rate reduction (Linux tcp_cwnd_reduction): cwnd = pipe + sndcnt."""
+        c = self.conn
+        if delivered <= 0 or not self.prior_cwnd:
+            return
+        self.prr_delivered += delivered
+        pipe = c.in_flight
+        ssthresh = c.cc.ssthresh
+        if pipe > ssthresh:
+            sndcnt = -(-self.prr_delivered * ssthresh // self.prior_cwnd) - self.prr_out
+        else:
+            # PRR-SSRB: grow back towards ssthresh; one MSS more only when SND.UNA moved
+            # and nothing new was lost (Linux).
+            sndcnt = max(self.prr_delivered - self.prr_out, delivered)
+            if una_advanced and not newly_lost:
+                sndcnt += c.mss
+            sndcnt = min(ssthresh - pipe, sndcnt)
+        if not self.prr_out:
+            sndcnt = max(sndcnt, c.mss)   # force the fast retransmit on entering recovery
+        c.cc.cwnd = max(pipe + max(sndcnt, 0), c.mss)
+
+    def exit_recovery(self) -> None:
+        c = self.conn
+        if self.ca_state == CA_RECOVERY:
+            c.cc.on_recovery_exit()
+        old = self.ca_state
+        self.ca_state = CA_OPEN
+        if c.stack.tracer is not None:
+            self.trace_ca(old, "recovery_done", c.stack.now)
+        self.reno_dupacks = 0
+        self.dupacks = 0
+
+    def on_ack(self, seg: Segment, ack_off: int, seg_off: int, now: float) -> None:
+        """RFC 9293 §3.10.7.4 fifth step for an acceptable ACK (Linux tcp_ack): SACK blocks,
+        the send window, then a cumulative advance or a duplicate ACK, and the recovery state."""
+        c = self.conn
+        tm = c.timers
+        prior_una = c.snd_una
+        prior_in_flight = c.in_flight
+        flags = seg.flags
+        plen = len(seg.payload)
+        win = seg.window << c.snd_wscale
+        # Linux tcp_ecn_rcv_ecn_echo: the peer saw a CE mark (RFC 3168 §6.1.2).
+        ece = bool(flags & ECE) and bool(c.ecn_flags & ECN_OK)
+        if flags & CWR:
+            # Linux tcp_ecn_accept_cwr (in tcp_ack, so a pure ACK's CWR counts too): the
+            # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
+            c.ecn_flags &= ~ECN_DEMAND_CWR
+            if plen:
+                c.rx.ack_now = True
+        sack_new = False
+        sacked_before = self.sacked_bytes
+        lost_before = self.lost_bytes
+        self.fack_prior = self.rack_fack
+        if seg.sack_blocks and c.sack_ok:
+            sack_new = self.process_sack(seg.sack_blocks, ack_off, now)
+        newly_sacked = max(self.sacked_bytes - sacked_before, 0)
+        c.update_send_window(seg_off, ack_off, win)
+        if ack_off > c.snd_una:
+            self._cumulative_ack(ack_off, seg, ece, newly_sacked, prior_in_flight, now)
+        elif ack_off == c.snd_una and c.snd_max > c.snd_una:
+            # RFC 5681 §2 duplicate ACK: no data, no window change, data outstanding.
+            if not plen and not flags & (SYN | FIN) and (win == c.snd_wnd or sack_new):
+                self._duplicate_ack(sack_new, now)
+            elif sack_new:
+                self.detect_losses(now)
+        if ece:
+            self.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
+        if c.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
+            self.enter_recovery(now)
+        elif c.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
+            self.ca_state = CA_DISORDER
+        if (self.ca_state == CA_RECOVERY and c.sack_ok) or self.ca_state == CA_CWR:
+            self.prr(self.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
+                     una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
+        if not plen and ack_off >= prior_una and flags == ACK:
+            c.mib["TcpExtTCPPureAcks"] += 1
+        if ack_off > prior_una or sack_new:
+            tm.tlp_deadline = INF
+            tm.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+
+    def _cumulative_ack(self, ack_off: int, seg: Segment, ece: bool, newly_sacked: int,
+                        prior_in_flight: int, now: float) -> None:
+        """SND.UNA advances: leave recovery or CWR when the point is passed, then grow cwnd."""
+        c = self.conn
+        acked = self.ack_advance(ack_off, now, seg.ts_ecr if seg.ts_val >= 0 else 0)
+        self.dupacks = 0
+        if self.ca_state in (CA_RECOVERY, CA_LOSS):
+            if ack_off >= self.recover:
+                self.exit_recovery()
+            elif self.ca_state == CA_RECOVERY and not c.sack_ok:
+                # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
+                self.reno_dupacks = max(self.reno_dupacks - acked // max(c.mss, 1), 0)
+                if self.rtx and not self.rtx[0].lost:
+                    self.mark_lost(self.rtx[0])
+        elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
+            self.ca_state = CA_OPEN
+        elif self.ca_state == CA_CWR and ack_off > self.recover:
+            # Linux tcp_fastretrans_alert: CWR is held until data above high_seq is acked,
+            # so the CWR flag reached the receiver.
+            self.end_cwr(now)
+        if ece:
+            self.enter_cwr(now)           # before the window grows (Linux tcp_try_to_open)
+        # Without SACK, Linux counts each dupack as one segment delivered (tcp_add_reno_sack);
+        # a cumulative ACK then grows cwnd only by what those did not already count.
+        reno_credit = min(self.reno_dupacks * c.mss, self.acked_unsacked) if not c.sack_ok else 0
+        if self.ca_state in (CA_DISORDER, CA_CWR) and not c.sack_ok:
+            self.reno_dupacks = 0          # new data acked: the dupack episode is over
+            if not self.lost_bytes and self.ca_state == CA_DISORDER:
+                self.ca_state = CA_OPEN
+        if self.sacked_bytes:
+            self.detect_losses(now)
+        # Linux tcp_ack: tcp_fastretrans_alert runs before tcp_cong_control, so an ACK that
+        # starts fast recovery does not grow the window (and ssthresh) first.
+        starts_recovery = c.sack_ok and self.lost_bytes and self.ca_state in (CA_OPEN, CA_DISORDER)
+        if self.ca_state != CA_RECOVERY and self.ca_state != CA_CWR and not starts_recovery:
+            # Grow by what this ACK newly delivered, not bytes SACKed earlier (Linux
+            # acked_sacked); slow start after an RTO too (RFC 5681 §3.1), but the window is
+            # held during fast recovery (RFC 6675 §5).
+            c.cc.on_ack(self.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
+                        prior_in_flight,
+                        app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+
+    def _duplicate_ack(self, sack_new: bool, now: float) -> None:
+        """RFC 5681 §2 duplicate ACK: NewReno dupack counting without SACK (RFC 6582), loss
+        detection with it."""
+        c = self.conn
+        self.dupacks += 1
+        c.mib["UsertcpDupAcks"] += 1
+        if c.sack_ok:
+            if sack_new:
+                self.detect_losses(now)
+            return
+        if self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR):
+            self.reno_dupacks = min(self.dupacks, self.outstanding_segments())
+            if self.ca_state != CA_CWR:
+                self.ca_state = CA_DISORDER
+            if self.dupacks >= c.config.reordering and self.rtx:
+                self.mark_lost(self.rtx[0])
+                self.enter_recovery(now)
+        elif self.ca_state == CA_RECOVERY:
+            self.reno_dupacks = min(self.reno_dupacks + 1, self.outstanding_segments())
+
+    def ack_advance(self, ack_off: int, now: float, ts_ecr: int = 0) -> int:
+        """SND.UNA advances to ``ack_off``: drop acknowledged data, sample RTT (RFC 6298)."""
+        c = self.conn
+        tm = c.timers
+        acked = ack_off - c.snd_una
+        rtx = self.rtx
+        rtt_sample: float | None = None
+        acked_unsacked = 0
+        while rtx and rtx[0].end <= ack_off:
+            r = rtx.popleft()
+            n = r.end - r.start
+            if not r.sacked:
+                acked_unsacked += n
+                self.rack_note(r, now, self.fack_prior)
+                c.delivered_segs += max(1, (n - (1 if r.fin else 0) + c.mss - 1) // max(c.mss, 1))
+            if r.sacked:
+                self.sacked_bytes -= n
+            else:
+                if r.lost:
+                    self.lost_bytes -= n
+                if r.retrans:
+                    self.retrans_bytes -= n
+            if r.tx_count == 1 and not r.sacked:
+                rtt_sample = now - r.tx_time   # Karn: only never-retransmitted segments
+        if rtx and rtx[0].start < ack_off:
+            r = rtx[0]
+            cut = ack_off - r.start
+            if r.sacked:
+                self.sacked_bytes -= cut
+            else:
+                acked_unsacked += cut
+                if r.lost:
+                    self.lost_bytes -= cut
+                if r.retrans:
+                    self.retrans_bytes -= cut
+            r.start = ack_off
+        # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
+        if ts_ecr > 0 and c.ts_ok:
+            c.ts_rtt_sample(ts_ecr, now)
+        elif rtt_sample is not None:
+            c.rtt.on_sample(max(rtt_sample, 1e-6))
+        # Release acknowledged data from the send buffer (offset 1 is data byte 0).
+        data_end = min(ack_off - 1, c.snd_buf.end)
+        if data_end > c.snd_buf.start:
+            c.snd_buf.release(data_end)
+        c.snd_una = ack_off
+        if c.snd_nxt < ack_off:
+            c.snd_nxt = ack_off
+        if ack_off > c.snd_max:
+            c.snd_max = ack_off
+        c.bytes_acked += acked
+        c.delivered += acked
+        if tm.tlp_high >= 0 and ack_off >= tm.tlp_high:
+            tm.tlp_high = -1           # the probe episode is over (RFC 8985 §7.4)
+        # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
+        self.acked_unsacked = acked_unsacked
+        if c.on_writable is not None and data_end > 0:
+            c.on_writable(c)
+        # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
+        c.rtt.reset_backoff()
+        tm.retransmits = 0
+        tm.first_rto_time = now
+        if c.snd_una >= c.snd_max:
+            tm.rto_deadline = INF
+        else:
+            tm.rto_deadline = now + c.rtt.timeout
+        c.fin_acked(now)
+        return acked
+
+    def mark_oversized_lost(self) -> bool:
+        """Linux tcp_simple_retransmit after a path-MTU drop: every segment longer than the
+        new MSS is lost, and the loss state (no cwnd change) sends them now, ending recovery
+        at today's SND.MAX. True if anything was marked."""
+        c = self.conn
+        marked = False
+        for r in self.rtx:
+            if not r.sacked and r.end - r.start - (1 if r.fin else 0) > c.mss:
+                self.mark_lost(r)
+                marked = True
+        if marked and self.ca_state != CA_LOSS:
+            self.ca_state = CA_LOSS
+            self.recover = c.snd_max
+        return marked
+
+    def fast_ack(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
+        """Predicted pure ACK of new data: the slow path's effects for exactly this case."""
+        c = self.conn
+        tx = c.tx
+        tm = c.timers
+        c.segs_in += 1
+        seg_off = c.rcv_nxt
+        if ts_val >= 0 and seg_off <= c.last_ack_sent and not (ts_val - c.ts_recent) & 0x80000000:
+            c.ts_recent = ts_val
+            c.ts_recent_time = now
+        prior_in_flight = c.in_flight
+        c.snd_wl1 = seg_off
+        c.snd_wl2 = ack_off
+        if c.snd_wnd and tm.probe_deadline != INF:
+            tm.probe_deadline = INF
+            tm.probes_out = 0
+        self.ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
+        self.dupacks = 0
+        tm.tlp_deadline = INF
+        tm.arm_tlp(now)
+        c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
+                       app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+        if c.state is not State.CLOSED:
+            tx.run(now)
+            tx.check_space()
+        c.reschedule()
+

@@ -1,0 +1,107 @@
+"""The header peek behind header prediction (Linux tcp_rcv_established's fast path).
+
+The stack's fast path must not know header layouts, so it asks this module, in three
+cheap steps that let it give up as early as possible:
+
+1. :func:`peek_tcp` reads the fixed IPv4/IPv6 and TCP headers of an unfragmented TCP
+   packet (no options decoded, no checksum) and returns the fields prediction compares;
+2. :func:`checksums_ok` checks the IPv4 header checksum and the TCP checksum;
+3. :func:`predicted_options` decodes only the option layout a predicted segment has:
+   the TCP-MD5 option first if signed (RFC 2385), then NOP, NOP, timestamps (RFC 7323
+   Appendix A), each at its canonical place.
+
+Anything else returns None and the caller takes the full parser (``wire/packet.py``),
+which also counts every error.
+"""
+
+from __future__ import annotations
+
+import hmac
+import struct
+
+from usertcp.wire.checksum import mod_ffff
+from usertcp.wire.md5 import md5_digest_fixed
+
+_S_IP4TCP = struct.Struct("!BBHHHBBH4s4sHHIIHHHH")
+_S_IP6TCP = struct.Struct("!IHBB16s16sHHIIHHHH")
+_S_III = struct.Struct("!III")
+_from_bytes = int.from_bytes
+_MD5_NOPS = b"\x01\x01\x13\x12"          # NOP, NOP, MD5 kind 19, length 18
+_TS_WORD = 0x0101080A                     # NOP, NOP, TS kind 8, length 10
+
+# Header prediction (Linux pred_flags): the 4th TCP header word with the reserved bits, AE
+# and PSH masked out; a connection predicts (header length << 28) | ACK << 16 | window.
+HP_MASK = 0xF0F7FFFF
+
+# peek_tcp's result: (ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word), where
+# hp_word is the 4th TCP header word (data offset, flags, window) as one integer.
+Peek = tuple[int, int, int, bytes, bytes, int, int, int, int, int]
+
+
+def peek_tcp(mv: memoryview) -> Peek | None:
+    """The fixed headers of an unfragmented IPv4/IPv6 TCP packet, or None."""
+    n = len(mv)
+    if n < 40:
+        return None
+    first = mv[0]
+    if first == 0x45:
+        (_v, tos, tot, _id, frag, _ttl, proto, _ipsum, src, dst, sport, dport, seq, ack, offflags,
+         window, _csum, _urg) = _S_IP4TCP.unpack_from(mv, 0)
+        if proto != 6 or frag & 0x3FFF or tot > n:
+            return None
+        ip_len = 20
+    elif first >> 4 == 6 and n >= 60:
+        (vtc, plen6, nh, _hlim, src, dst, sport, dport, seq, ack, offflags, window, _csum,
+         _urg) = _S_IP6TCP.unpack_from(mv, 0)
+        tot = 40 + plen6
+        if nh != 6 or tot > n:
+            return None
+        ip_len = 40
+        tos = (vtc >> 20) & 0xFF
+    else:
+        return None
+    return ip_len, tot, tos, src, dst, sport, dport, seq, ack, (offflags << 16) | window
+
+
+def checksums_ok(mv: memoryview, ip_len: int, tot: int, src: bytes, dst: bytes,
+                 tcp_verified: bool) -> bool:
+    """The IPv4 header checksum and (unless the link verified it) the TCP checksum."""
+    if ip_len == 20 and _from_bytes(mv[:20], "big") % 0xFFFF:
+        return False
+    if tcp_verified:
+        return True
+    tlen = tot - ip_len
+    v = _from_bytes(mv[ip_len:tot], "big")
+    if tlen & 1:
+        v <<= 8
+    return not mod_ffff(v + _from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen)
+
+
+def predicted_options(mv: memoryview, ip_len: int, tot: int, hp_word: int, md5_key: bytes | None,
+                      timestamps: bool, src: bytes, dst: bytes) -> tuple[int, int, int] | None:
+    """(payload offset, TSval or -1, TSecr) for the predicted option layout, with the MD5
+    digest verified when ``md5_key`` is set; None for anything else."""
+    doff = (hp_word >> 28) << 2
+    if doff > tot - ip_len:
+        return None
+    opt = ip_len + 20
+    digest = None
+    if md5_key is not None:
+        if mv[opt:opt + 4] != _MD5_NOPS:
+            return None
+        digest = mv[opt + 4:opt + 20]
+        opt += 20
+    ts_val = -1
+    ts_ecr = 0
+    if timestamps:
+        if opt + 12 > tot:
+            return None
+        word, ts_val, ts_ecr = _S_III.unpack_from(mv, opt)
+        if word != _TS_WORD:
+            return None
+    start = ip_len + doff
+    if digest is not None and md5_key is not None and not hmac.compare_digest(
+            md5_digest_fixed(md5_key, src, dst, mv[ip_len:ip_len + 20], tot - ip_len, (mv[start:tot],)),
+            digest):
+        return None
+    return start, ts_val, ts_ecr
