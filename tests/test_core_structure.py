@@ -69,8 +69,8 @@ def runtime_imports(path: Path) -> set[str]:
                 base = ".".join(parent + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
+        for sub in ast.iter_child_nodes(node):
+            visit(sub)
 
     visit(ast.parse(path.read_text()))
     return found

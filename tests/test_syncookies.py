@@ -28,7 +28,7 @@ from usertcp.tcp import syncookies as sc
 from usertcp.tcp.config import TFO_CLIENT_ENABLE, TFO_SERVER_ENABLE, StackConfig
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import tfo_cookie
-from usertcp.tcp.fastopen import CookieEntry, tfo_connect
+from usertcp.tcp.fastopen import CookieEntry, FastOpen, tfo_connect
 from usertcp.tcp.invariants import check_invariants
 from usertcp.tcp.stack import Listener
 from usertcp.wire.packet import build_packet
@@ -218,7 +218,9 @@ def test_tfo_and_preload_under_a_full_syn_queue(cookies: int) -> None:
     assert mib["TcpExtSyncookiesRecv"] == 1 and mib["TcpExtTCPFastOpenPassive"] == 0
     assert not c.syn_data_acked
     # A client holding a valid TFO cookie (from an earlier, uncongested exchange)...
-    pair.a.hooks.cookie_cache[B_IP] = CookieEntry(cookie=tfo_cookie(pair.b.config.fastopen_key, A_IP, B_IP))
+    hooks = pair.a.hooks
+    assert isinstance(hooks, FastOpen)
+    hooks.cookie_cache[B_IP] = CookieEntry(cookie=tfo_cookie(pair.b.config.fastopen_key, A_IP, B_IP))
     c, _ = tfo_round(pair, lst, b"data in the SYN")
     # ...proves its address: the SYN bypasses the full queue, its data is taken at SYN time
     # (RFC 7413), and the preload follows.
