@@ -1,0 +1,173 @@
+"""Readiness of usertcp sockets: ``select``, and real descriptors that mirror it.
+
+A usertcp socket has no kernel object, so ``fileno()`` hands out an **eventfd** whose
+readability mirrors the socket's: readable exactly when ``recv``/``accept`` would not block.
+A second eventfd mirrors writability (it is *readable* when ``send`` would not block), for
+event loops that wait for readability only (trio's ``wait_readable``). The descriptors exist
+only once asked for, and close with the socket.
+
+Who keeps them in step: every socket call re-syncs its own socket; a wait of
+:class:`usertcp.selectors.UsertcpSelector` or :func:`select` re-syncs all of them after every
+event; and for a real-time driver a watcher thread re-syncs them after every batch of events,
+so ``selectors.DefaultSelector``, ``socketserver`` and trio can wait on them from any thread.
+With a virtual-time driver only usertcp's own waits move time: wait with
+:class:`~usertcp.selectors.UsertcpSelector` (a standard selector would sleep in real time while
+the simulation stands still).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from usertcp.api.constants import os_error
+from usertcp.api.host import SocketDriver, check_timeout
+from usertcp.net.driver import RealTimeDriver
+
+if TYPE_CHECKING:
+    from usertcp.api.sockets import Socket
+
+__all__ = ["ReadinessMirror", "select", "socket_for_fd"]
+
+# Every live mirrored descriptor -> its socket: how a selector finds the socket behind an fd.
+_SOCKETS_BY_FD: dict[int, Socket] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def socket_for_fd(fd: int) -> Socket | None:
+    """The usertcp socket whose ``fileno()`` is ``fd`` (None: not one of ours)."""
+    return _SOCKETS_BY_FD.get(fd)
+
+
+class _Pair:
+    """The two eventfds of one socket and the readiness each currently shows."""
+
+    __slots__ = ("read_fd", "readable", "write_fd", "writable")
+
+    def __init__(self) -> None:
+        flags = os.EFD_NONBLOCK | os.EFD_CLOEXEC
+        self.read_fd = os.eventfd(0, flags)
+        self.write_fd = os.eventfd(0, flags)
+        self.readable = False
+        self.writable = False
+
+
+def _show(fd: int, was: bool, now: bool) -> None:
+    if now and not was:
+        os.eventfd_write(fd, 1)
+    elif was and not now:
+        with contextlib.suppress(BlockingIOError):   # already drained
+            os.eventfd_read(fd)
+
+
+class ReadinessMirror:
+    """The eventfds of one host's sockets, kept in step with the sockets' readiness."""
+
+    def __init__(self, driver: SocketDriver) -> None:
+        self._driver = driver
+        self._pairs: dict[Socket, _Pair] = {}
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+
+    def fds(self, sock: Socket) -> tuple[int, int]:
+        """(readable fd, writable fd) of ``sock``, created on first use."""
+        with self._lock:
+            pair = self._pairs.get(sock)
+            if pair is None:
+                pair = self._pairs[sock] = _Pair()
+                with _REGISTRY_LOCK:
+                    _SOCKETS_BY_FD[pair.read_fd] = sock
+                self._start_watcher()
+        self.sync_socket(sock)
+        return pair.read_fd, pair.write_fd
+
+    def has(self, sock: Socket) -> bool:
+        return sock in self._pairs
+
+    def sync_socket(self, sock: Socket) -> None:
+        pair = self._pairs.get(sock)
+        if pair is None:
+            return
+        with self._driver.lock, self._lock:
+            readable, writable = sock.poll_readiness()
+            _show(pair.read_fd, pair.readable, readable)
+            _show(pair.write_fd, pair.writable, writable)
+            pair.readable, pair.writable = readable, writable
+
+    def sync(self) -> bool:
+        """Re-sync every socket (a driver wait predicate: always False)."""
+        for sock in list(self._pairs):
+            self.sync_socket(sock)
+        return False
+
+    def discard(self, sock: Socket) -> None:
+        """Close ``sock``'s descriptors (the socket is closing)."""
+        with self._lock:
+            pair = self._pairs.pop(sock, None)
+        if pair is None:
+            return
+        with _REGISTRY_LOCK:
+            _SOCKETS_BY_FD.pop(pair.read_fd, None)
+        os.close(pair.read_fd)
+        os.close(pair.write_fd)
+        if not self._pairs:
+            self._driver.kick()          # lets the watcher see it has nothing left to do
+
+    def _start_watcher(self) -> None:
+        if not isinstance(self._driver, RealTimeDriver):
+            return
+        if self._watcher is not None and self._watcher.is_alive():
+            return
+        self._watcher = threading.Thread(target=self._watch, name="usertcp-readiness", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        # RealTimeDriver.wait_until evaluates the predicate after each batch of events: the
+        # one place to see every state change without a hook in the driver.
+        def step() -> bool:
+            self.sync()
+            return not self._pairs
+
+        try:
+            self._driver.wait_until(step, None)
+        except RuntimeError:
+            return       # the driver stopped
+
+
+def select(rlist: Iterable[Socket], wlist: Iterable[Socket], xlist: Iterable[Socket],
+           timeout: float | None = None) -> tuple[list[Socket], list[Socket], list[Socket]]:
+    """``select.select`` for usertcp sockets, run by their driver.
+
+    A socket is readable when ``recv``/``accept`` would not block, writable when ``send``
+    would not block (a finished or failed ``connect`` included). ``xlist`` never reports
+    anything (no urgent data). All sockets must share one driver; in virtual time, the wait
+    runs the simulation.
+    """
+    rs, ws, xs = list(rlist), list(wlist), list(xlist)
+    socks: Sequence[Socket] = rs + ws + xs
+    if not socks:
+        raise ValueError("select() needs at least one socket")
+    drv = socks[0].host.driver
+    if any(s.host.driver is not drv for s in socks):
+        raise ValueError("select(): all sockets must be run by the same driver")
+    tmo = check_timeout(timeout)
+
+    def poll() -> tuple[list[Socket], list[Socket], list[Socket]]:
+        return [s for s in rs if s.poll_readiness()[0]], [s for s in ws if s.poll_readiness()[1]], []
+
+    with drv.lock:
+        got = poll()
+    if got[0] or got[1] or tmo == 0.0:
+        return got
+
+    def ready() -> bool:
+        return any(s.poll_readiness()[0] for s in rs) or any(s.poll_readiness()[1] for s in ws)
+
+    if not drv.wait_until(ready, tmo) and tmo is None:
+        raise os_error(errno.EDEADLK, "select() can never return: the driver has no event left")
+    with drv.lock:
+        return poll()
