@@ -7,8 +7,8 @@ event loops that wait for readability only (trio's ``wait_readable``). The descr
 only once asked for, and close with the socket.
 
 Who keeps them in step: every socket call re-syncs its own socket; a wait of
-:class:`usertcp.selectors.UsertcpSelector` or :func:`select` re-syncs all of them after every
-event; and for a real-time driver a watcher thread re-syncs them after every batch of events,
+:class:`usertcp.selectors.UsertcpSelector` or :func:`select` re-syncs those of the hosts it
+waited on; and for a real-time driver a watcher thread re-syncs them after every batch of events,
 so ``selectors.DefaultSelector``, ``socketserver`` and trio can wait on them from any thread.
 With a virtual-time driver only usertcp's own waits move time: wait with
 :class:`~usertcp.selectors.UsertcpSelector` (a standard selector would sleep in real time while
@@ -167,7 +167,10 @@ def select(rlist: Iterable[Socket], wlist: Iterable[Socket], xlist: Iterable[Soc
     def ready() -> bool:
         return any(s.poll_readiness()[0] for s in rs) or any(s.poll_readiness()[1] for s in ws)
 
-    if not drv.wait_until(ready, tmo) and tmo is None:
+    woke = drv.wait_until(ready, tmo)
+    for host in {id(s.host): s.host for s in socks}.values():
+        host.readiness.sync()              # the simulation ran: every mirrored fd catches up
+    if not woke and tmo is None:
         raise os_error(errno.EDEADLK, "select() can never return: the driver has no event left")
     with drv.lock:
         return poll()

@@ -1,0 +1,295 @@
+"""The standard library over usertcp sockets: makefile, selectors, http.client, smtplib,
+socketserver/http.server, sendmsg/recvmsg, sendfile, dup, name lookup.
+
+Virtual time where one thread can run both ends (the echo app runs inside the simulation);
+the stdlib servers block in their own thread, so those tests use the real-time driver on the
+in-memory network (sub-millisecond links: fast).
+"""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import http.server
+import io
+import selectors
+import smtplib
+import socket as pysocket
+import socketserver
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from usertcp import socket as us
+from usertcp.apps.basic import BasicServer
+from usertcp.apps.smtp import SmtpServer
+from usertcp.net.driver import RealTimeDriver, VirtualTimeDriver
+from usertcp.net.memnet import LinkConfig, Network
+from usertcp.selectors import UsertcpSelector
+from usertcp.tcp.stack import Stack
+
+A, B = "10.0.0.1", "10.0.0.2"
+
+
+@dataclass
+class World:
+    driver: VirtualTimeDriver | RealTimeDriver
+    a: us.Host
+    b: us.Host
+
+
+def _world(realtime: bool) -> World:
+    net = Network(seed=3)
+    sa, sb = Stack([A], name="a"), Stack([B], name="b")
+    net.connect(net.add_host(sa, [A]), net.add_host(sb, [B]), LinkConfig(delay=0.0002 if realtime else 0.01))
+    drv: VirtualTimeDriver | RealTimeDriver = RealTimeDriver(net) if realtime else VirtualTimeDriver(net)
+    return World(drv, us.Host(sa, drv, name="a"), us.Host(sb, drv, name="b"))
+
+
+@pytest.fixture
+def vw() -> World:
+    return _world(False)
+
+
+@pytest.fixture
+def rw() -> Iterator[World]:
+    w = _world(True)
+    assert isinstance(w.driver, RealTimeDriver)
+    with w.driver:
+        yield w
+
+
+def _echo(w: World, port: int = 7) -> BasicServer:
+    stack = w.b.stack
+    return BasicServer("echo", stack.listen(port), w.driver.now)
+
+
+# ---------------------------------------------------------------- virtual time
+
+
+def test_makefile_lines_over_echo_in_virtual_time(vw: World) -> None:
+    _echo(vw)
+    c = us.create_connection((B, 7), host=vw.a)
+    f = c.makefile("rwb")
+    f.write(b"hello\r\nworld\r\n")
+    f.flush()
+    assert f.readline() == b"hello\r\n" and f.readline() == b"world\r\n"
+    text = c.makefile("r", encoding="ascii", newline="")
+    c.sendall(b"third\r\n")
+    assert text.readline() == "third\r\n"
+    c.close()                       # files still open: the socket stays usable (as CPython)
+    c.sendall(b"x\n")
+    assert f.readline() == b"x\n"
+    f.close()
+    text.close()                    # the last file: now the socket really closes
+    with pytest.raises(OSError) as ei:
+        c.send(b"y")
+    assert ei.value.errno == errno.EBADF
+
+
+def test_makefile_timeout_and_modes(vw: World) -> None:
+    _echo(vw)
+    c = us.create_connection((B, 7), timeout=2.0, host=vw.a)
+    f = c.makefile("rb")
+    t0 = vw.driver.now()
+    with pytest.raises(TimeoutError):
+        f.read1(10)
+    assert vw.driver.now() - t0 == pytest.approx(2.0)     # virtual seconds
+    with pytest.raises(ValueError):
+        c.makefile("rx")
+    with pytest.raises(ValueError):
+        c.makefile("r", buffering=0)
+    assert isinstance(c.makefile("rb", buffering=0), pysocket.SocketIO)
+
+
+def test_selector_runs_the_simulation(vw: World) -> None:
+    srv = us.create_server((B, 80), host=vw.b)
+    srv.setblocking(False)
+    sel = UsertcpSelector()
+    sel.register(srv, selectors.EVENT_READ, "listener")
+    t0 = vw.driver.now()
+    assert sel.select(60) == []                     # nothing happens: 60 virtual seconds pass
+    assert vw.driver.now() - t0 == pytest.approx(60)
+    c = vw.a.socket()
+    c.setblocking(False)
+    assert c.connect_ex((B, 80)) == errno.EINPROGRESS
+    sel.register(c, selectors.EVENT_WRITE, "client")
+    assert [(key.data, ev) for key, ev in sel.select(5)] == [("client", selectors.EVENT_WRITE)]
+    sel.modify(c, selectors.EVENT_READ, "client")   # connected: now wait for the server side
+    assert [(key.data, ev) for key, ev in sel.select(5)] == [("listener", selectors.EVENT_READ)]
+    child, _ = srv.accept()
+    child.setblocking(False)
+    sel.register(child, selectors.EVENT_READ, "child")
+    c.send(b"ping")
+    ready = [key.data for key, _ev in sel.select(5)]
+    assert "child" in ready and child.recv(10) == b"ping"
+    # Not a usertcp socket: refused.
+    r, w_ = pysocket.socketpair()
+    with pytest.raises(ValueError):
+        sel.register(r, selectors.EVENT_READ)
+    r.close()
+    w_.close()
+    sel.close()
+
+
+def test_fileno_is_a_real_descriptor_mirroring_readiness(vw: World) -> None:
+    _echo(vw)
+    c = us.create_connection((B, 7), host=vw.a)
+    fd = c.fileno()
+    std = selectors.DefaultSelector()              # the kernel's epoll on the eventfd
+    std.register(fd, selectors.EVENT_READ)
+    assert std.select(0) == []
+    c.sendall(b"abc")
+    UsertcpSelector_ = UsertcpSelector()
+    UsertcpSelector_.register(c, selectors.EVENT_READ)
+    assert UsertcpSelector_.select(1)               # the simulation ran; the echo is back
+    assert [k.fd for k, _ in std.select(0)] == [fd]  # and the kernel sees the eventfd readable
+    assert c.recv(10) == b"abc"
+    assert std.select(0) == []                      # drained: no longer readable
+    UsertcpSelector_.close()
+    std.close()
+    c.close()
+    assert c.fileno() == -1
+
+
+def test_sendmsg_recvmsg_sendfile_dup(vw: World) -> None:
+    _echo(vw)
+    c = us.create_connection((B, 7), host=vw.a)
+    assert c.sendmsg([b"ab", bytearray(b"cd"), memoryview(b"ef")]) == 6
+    data, anc, flags, addr = c.recvmsg(100, 64)
+    while len(data) < 6:
+        more, anc, flags, addr = c.recvmsg(100)
+        data += more
+    assert (data, anc, flags, addr) == (b"abcdef", [], 0, None)
+    with pytest.raises(OSError) as ei:               # Linux sock_cmsg_send: unknown SOL_SOCKET cmsg
+        c.sendmsg([b"x"], [(us.SOL_SOCKET, 1, b"\0" * 4)])
+    assert ei.value.errno == errno.EINVAL
+    f = io.BytesIO(b"0123456789" * 1000)
+    assert c.sendfile(f, offset=5, count=100) == 100 and f.tell() == 105
+    b1, b2 = bytearray(60), bytearray(60)
+    got = 0
+    while got < 100:
+        n, _, _, _ = c.recvmsg_into([memoryview(b1)[got:] if got < 60 else memoryview(b2)[got - 60:]])
+        got += n
+    assert bytes(b1 + b2)[:100] == (b"0123456789" * 11)[5:105]
+    d = c.dup()
+    c.close()                                       # the dup keeps the connection open
+    d.sendall(b"still")
+    assert d.recv(10) == b"still"
+    d.close()
+    with pytest.raises(OSError) as ei:
+        d.recv(1)
+    assert ei.value.errno == errno.EBADF
+    nb = vw.a.socket()
+    nb.setblocking(False)
+    with pytest.raises(ValueError):
+        nb.sendfile(io.BytesIO(b"x"))
+
+
+def test_names_resolve_through_the_host_table(vw: World) -> None:
+    _echo(vw)
+    vw.a.add_name("echo.test", B)
+    c = vw.a.socket()
+    c.connect(("echo.test", 7))
+    assert c.getpeername() == (B, 7)
+    with pytest.raises(pysocket.gaierror) as ei:
+        vw.a.socket().connect(("nowhere.invalid", 7))
+    assert ei.value.errno == pysocket.EAI_NONAME
+    with us.use_host(vw.a):
+        assert us.getaddrinfo("echo.test", "7") == [(us.AF_INET, us.SOCK_STREAM, us.IPPROTO_TCP, "", (B, 7))]
+        assert us.gethostbyname("echo.test") == B
+        with pytest.raises(pysocket.gaierror):
+            us.getaddrinfo("echo.test", "smtp")        # no service names
+        with pytest.raises(pysocket.gaierror):
+            us.getaddrinfo("echo.test", 7, us.AF_INET6)
+
+
+# ---------------------------------------------------------------- real-time driver, stdlib servers
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = f"hello {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class UsertcpTCPServer(socketserver.TCPServer):
+    """socketserver's TCPServer on a usertcp socket (its socket factory is the module's)."""
+
+    def __init__(self, host: us.Host, address: tuple[str, int],
+                 handler: type[socketserver.BaseRequestHandler]) -> None:
+        super().__init__(address, handler, bind_and_activate=False)
+        self.socket.close()                          # the kernel socket TCPServer made
+        self.socket = host.socket()                  # type: ignore[assignment]
+        self.server_bind()
+        self.server_activate()
+
+
+def test_http_client_against_socketserver_http(rw: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = UsertcpTCPServer(rw.b, (B, 8080), _Handler)
+    # serve_forever waits with selectors.PollSelector on the eventfd: the real mirror at work.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setattr(http.client, "socket", us)   # http.client's socket factory
+        with us.use_host(rw.a):
+            conn = http.client.HTTPConnection(B, 8080, timeout=5)
+            for path in ("/a", "/b"):                 # keep-alive: two requests, one connection
+                conn.request("GET", path)
+                resp = conn.getresponse()
+                assert resp.status == 200 and resp.read() == f"hello {path}".encode()
+            conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_smtplib_with_the_usertcp_smtp_app(rw: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    srv = SmtpServer(rw.b, (B, 25))
+    thread = threading.Thread(target=srv.serve, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setattr(smtplib, "socket", us)
+        with us.use_host(rw.a), smtplib.SMTP(B, 25, local_hostname="client.test", timeout=5) as smtp:
+            smtp.sendmail("a@x.test", ["b@y.test"], "Subject: hi\r\n\r\n.dot\r\nbody\r\n")
+    finally:
+        srv.stop()
+        thread.join(5)
+        srv.close()
+    assert srv.messages[0].data == b"Subject: hi\r\n\r\n.dot\r\nbody\r\n"
+
+
+def test_socketserver_stream_handler(rw: World) -> None:
+    class Upper(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            for line in self.rfile:
+                self.wfile.write(line.upper())
+
+    server = UsertcpTCPServer(rw.b, (B, 9000), Upper)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        c = us.create_connection((B, 9000), timeout=5, host=rw.a)
+        f = c.makefile("rwb")
+        f.write(b"one\ntwo\n")
+        f.flush()
+        assert f.readline() == b"ONE\n" and f.readline() == b"TWO\n"
+        c.shutdown(us.SHUT_WR)                       # the handler's loop ends at EOF
+        assert f.read() == b""
+        f.close()
+        c.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
