@@ -1,0 +1,201 @@
+"""trio on usertcp: a trio socket class and the factory ``trio.socket.set_custom_socket_factory``
+takes, so ``trio.open_tcp_stream`` / ``trio.serve_tcp`` run over a usertcp stack::
+
+    trio.socket.set_custom_socket_factory(UsertcpSocketFactory(host))
+    stream = await trio.open_tcp_stream("10.0.0.2", 80)
+
+Each :class:`TrioSocket` wraps a non-blocking :class:`usertcp.api.sockets.Socket`. An operation
+is tried at once; when it would block, the task waits in trio's own I/O loop on the socket's
+readiness eventfds (:mod:`usertcp.api.readiness`: one readable when ``recv`` would not block,
+one readable when ``send`` would not), which the real-time driver's watcher keeps in step.
+So the stack must be run by a :class:`~usertcp.net.driver.RealTimeDriver` (a virtual-time
+driver only moves when a usertcp wait runs it, which trio's loop never does).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket as _pysocket
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import trio
+
+from usertcp.api.constants import SHUT_RDWR, SHUT_WR, SO_ERROR, SOCK_NONBLOCK, SOL_SOCKET, os_error
+from usertcp.api.host import Host
+from usertcp.api.sockets import Socket
+
+__all__ = ["TrioSocket", "UsertcpSocketFactory"]
+
+_T = TypeVar("_T")
+
+
+class TrioSocket(trio.socket.SocketType):
+    """trio's socket interface over a usertcp socket (async calls wait in trio's loop)."""
+
+    def __init__(self, sock: Socket) -> None:
+        super().__init__()
+        sock.setblocking(False)
+        self._sock = sock
+        self._did_shutdown_wr = False
+
+    @property
+    def usertcp_socket(self) -> Socket:
+        return self._sock
+
+    # -- plain calls --------------------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def detach(self) -> int:
+        return self._sock.detach()
+
+    def getpeername(self) -> Any:
+        return self._sock.getpeername()
+
+    def getsockname(self) -> Any:
+        return self._sock.getsockname()
+
+    def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> Any:
+        return self._sock.getsockopt(level, optname, buflen or 0)
+
+    def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None) -> None:
+        self._sock.setsockopt(level, optname, value, optlen)
+
+    def listen(self, backlog: int = 128) -> None:
+        self._sock.listen(backlog)
+
+    def get_inheritable(self) -> bool:
+        return False
+
+    def set_inheritable(self, inheritable: bool) -> None:
+        if inheritable:
+            raise os_error(errno.EOPNOTSUPP, "a usertcp socket cannot be inherited")
+
+    @property
+    def family(self) -> _pysocket.AddressFamily:
+        return _pysocket.AddressFamily(int(self._sock.family))
+
+    @property
+    def type(self) -> _pysocket.SocketKind:
+        return _pysocket.SocketKind(int(self._sock.type))
+
+    @property
+    def proto(self) -> int:
+        return self._sock.proto
+
+    @property
+    def did_shutdown_SHUT_WR(self) -> bool:
+        return self._did_shutdown_wr
+
+    def __repr__(self) -> str:
+        return f"<usertcp TrioSocket {self._sock!r}>"
+
+    def dup(self) -> TrioSocket:
+        return TrioSocket(self._sock.dup())
+
+    def close(self) -> None:
+        if self._sock.fileno() != -1:
+            trio.lowlevel.notify_closing(self._sock.fileno())
+        self._sock.close()
+
+    def shutdown(self, flag: int) -> None:
+        self._sock.shutdown(flag)
+        if flag in (SHUT_WR, SHUT_RDWR):
+            self._did_shutdown_wr = True
+
+    def is_readable(self) -> bool:
+        return self._sock.poll_readiness()[0]
+
+    # -- waiting --------------------------------------------------------------------------
+
+    async def wait_writable(self) -> None:
+        await trio.lowlevel.wait_readable(self._sock.readiness_fds()[1])
+
+    async def _wait_readable(self) -> None:
+        await trio.lowlevel.wait_readable(self._sock.readiness_fds()[0])
+
+    async def _nonblocking(self, op: Callable[[], _T], wait: Callable[[], Awaitable[None]]) -> _T:
+        """Try ``op``; while it would block, wait in trio's loop (trio's checkpoint rules)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            try:
+                result = op()
+            except BlockingIOError:
+                await wait()
+                continue
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return result
+
+    # -- async calls ----------------------------------------------------------------------
+
+    async def bind(self, address: Any) -> None:
+        await trio.lowlevel.checkpoint()
+        self._sock.bind(address)
+
+    async def accept(self) -> tuple[TrioSocket, Any]:
+        child, addr = await self._nonblocking(self._sock.accept, self._wait_readable)
+        return TrioSocket(child), addr
+
+    async def connect(self, address: Any) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            self._sock.connect(address)
+        except BlockingIOError:
+            pass
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
+        try:
+            await self.wait_writable()
+        except trio.Cancelled:
+            self._sock.close()       # as trio: a cancelled connect leaves the socket unusable
+            raise
+        err = self._sock.getsockopt(SOL_SOCKET, SO_ERROR)
+        if err:
+            raise os_error(err, f"Error connecting to {address!r}")
+
+    async def recv(self, buflen: int, flags: int = 0, /) -> bytes:
+        return await self._nonblocking(lambda: self._sock.recv(buflen, flags), self._wait_readable)
+
+    async def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        return await self._nonblocking(lambda: self._sock.recv_into(buffer, nbytes, flags),
+                                       self._wait_readable)
+
+    async def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
+        return await self._nonblocking(lambda: self._sock.recvfrom(bufsize, flags), self._wait_readable)
+
+    async def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
+        return await self._nonblocking(lambda: self._sock.recvfrom_into(buffer, nbytes, flags),
+                                       self._wait_readable)
+
+    async def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> Any:
+        return await self._nonblocking(lambda: self._sock.recvmsg(bufsize, ancbufsize, flags),
+                                       self._wait_readable)
+
+    async def recvmsg_into(self, buffers: Any, ancbufsize: int = 0, flags: int = 0) -> Any:
+        return await self._nonblocking(lambda: self._sock.recvmsg_into(buffers, ancbufsize, flags),
+                                       self._wait_readable)
+
+    async def send(self, data: Any, flags: int = 0, /) -> int:
+        return await self._nonblocking(lambda: self._sock.send(data, flags), self.wait_writable)
+
+    async def sendto(self, *args: Any) -> int:
+        return await self._nonblocking(lambda: self._sock.sendto(*args), self.wait_writable)
+
+    async def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0, address: Any = None) -> int:
+        return await self._nonblocking(lambda: self._sock.sendmsg(buffers, ancdata, flags, address),
+                                       self.wait_writable)
+
+
+class UsertcpSocketFactory(trio.abc.SocketFactory):
+    """``trio.socket.set_custom_socket_factory(UsertcpSocketFactory(host))``: trio's sockets
+    are then usertcp sockets of ``host``."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def socket(self, family: int = _pysocket.AF_INET, type: int = _pysocket.SOCK_STREAM,
+               proto: int = 0) -> TrioSocket:
+        return TrioSocket(Socket(int(family), int(type) | SOCK_NONBLOCK, proto, host=self.host))
