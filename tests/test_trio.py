@@ -11,14 +11,13 @@ import functools
 from collections.abc import Iterator
 
 import pytest
+import trio
 
-trio = pytest.importorskip("trio")
-
-from usertcp import socket as us  # noqa: E402
-from usertcp.net.driver import RealTimeDriver  # noqa: E402
-from usertcp.net.memnet import LinkConfig, Network  # noqa: E402
-from usertcp.tcp.stack import Stack  # noqa: E402
-from usertcp.triosocket import TrioSocket, UsertcpSocketFactory  # noqa: E402
+from usertcp import socket as us
+from usertcp.net.driver import RealTimeDriver
+from usertcp.net.memnet import LinkConfig, Network
+from usertcp.tcp.stack import Stack
+from usertcp.triosocket import TrioSocket, UsertcpSocketFactory
 
 A, B = "10.0.0.1", "10.0.0.2"
 
