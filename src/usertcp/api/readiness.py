@@ -8,8 +8,9 @@ only once asked for, and close with the socket.
 
 Who keeps them in step: every socket call re-syncs its own socket; a wait of
 :class:`usertcp.selectors.UsertcpSelector` or :func:`select` re-syncs those of the hosts it
-waited on; and for a real-time driver a watcher thread re-syncs them after every batch of events,
-so ``selectors.DefaultSelector``, ``socketserver`` and trio can wait on them from any thread.
+waited on; and for a threaded driver (real-time, TUN) a watcher thread re-syncs them after every
+batch of events, so ``selectors.DefaultSelector``, ``socketserver`` and trio can wait on them
+from any thread.
 With a virtual-time driver only usertcp's own waits move time: wait with
 :class:`~usertcp.selectors.UsertcpSelector` (a standard selector would sleep in real time while
 the simulation stands still).
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from usertcp.api.constants import os_error
 from usertcp.api.host import SocketDriver, check_timeout
-from usertcp.net.driver import RealTimeDriver
+from usertcp.net.driver import VirtualTimeDriver
 
 if TYPE_CHECKING:
     from usertcp.api.sockets import Socket
@@ -118,16 +119,17 @@ class ReadinessMirror:
             self._driver.kick()          # lets the watcher see it has nothing left to do
 
     def _start_watcher(self) -> None:
-        if not isinstance(self._driver, RealTimeDriver):
-            return
+        if isinstance(self._driver, VirtualTimeDriver):
+            return            # only usertcp's own waits move virtual time: nothing to watch
         if self._watcher is not None and self._watcher.is_alive():
             return
         self._watcher = threading.Thread(target=self._watch, name="usertcp-readiness", daemon=True)
         self._watcher.start()
 
     def _watch(self) -> None:
-        # RealTimeDriver.wait_until evaluates the predicate after each batch of events: the
-        # one place to see every state change without a hook in the driver.
+        # A threaded driver's wait_until (RealTimeDriver, TunDriver) evaluates the predicate
+        # after each batch of events: the one place to see every state change without a hook
+        # in the driver.
         def step() -> bool:
             self.sync()
             return not self._pairs
