@@ -87,16 +87,11 @@ __all__ = [
     "Socket",
     "SocketDriver",
     "SocketType",
-    "create_connection",
-    "create_server",
     "get_default_host",
-    "getaddrinfo",
     "getdefaulttimeout",
-    "gethostbyname",
     "select",
     "set_default_host",
     "setdefaulttimeout",
-    "socket",
     "use_host",
 ]
 
@@ -895,11 +890,13 @@ class Socket:
 SocketType = Socket
 
 
-# The module-level calls live in usertcp.api.calls (they build on Socket); re-exported here.
-from usertcp.api.calls import (  # noqa: E402
-    create_connection,
-    create_server,
-    getaddrinfo,
-    gethostbyname,
-    socket,
-)
+_CALLS: Final = frozenset({"create_connection", "create_server", "getaddrinfo", "gethostbyname", "socket"})
+
+
+def __getattr__(name: str) -> Any:
+    """The module-level calls live in :mod:`usertcp.api.calls` (they build on :class:`Socket`);
+    ``usertcp.api.sockets.create_connection`` and the others still resolve, lazily (PEP 562)."""
+    if name in _CALLS:
+        from usertcp.api import calls
+        return getattr(calls, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
