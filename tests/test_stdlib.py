@@ -17,8 +17,9 @@ import smtplib
 import socket as pysocket
 import socketserver
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -289,6 +290,184 @@ def test_socketserver_stream_handler(rw: World) -> None:
         assert f.read() == b""
         f.close()
         c.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+# ---------------------------------------------------------------- errnos and results: usertcp vs the kernel
+
+
+def _outcome(fn: Callable[[], object]) -> object:
+    try:
+        result = fn()
+    except OSError as e:
+        return (type(e).__name__, errno.errorcode.get(e.errno or 0, e.errno))
+    return result
+
+
+def _misuse(new: Callable[[], Any], server: tuple[str, int], local: str) -> list[tuple[str, object]]:
+    """The same calls on a fresh socket API: what each returns or raises."""
+    out: list[tuple[str, object]] = []
+    s = new()
+    out.append(("recv unconnected", _outcome(lambda: s.recv(1))))
+    out.append(("send unconnected", _outcome(lambda: s.send(b"x"))))
+    out.append(("getpeername unconnected", _outcome(s.getpeername)))
+    out.append(("accept not listening", _outcome(s.accept)))
+    out.append(("setsockopt unknown", _outcome(lambda: s.setsockopt(us.IPPROTO_TCP, 999, 1))))
+    out.append(("SO_TYPE", _outcome(lambda: s.getsockopt(us.SOL_SOCKET, us.SO_TYPE))))
+    out.append(("SO_ERROR", _outcome(lambda: s.getsockopt(us.SOL_SOCKET, us.SO_ERROR))))
+    out.append(("connect", _outcome(lambda: s.connect(server))))
+    out.append(("connect again", _outcome(lambda: s.connect(server))))
+    out.append(("bind connected", _outcome(lambda: s.bind((local, 0)))))
+    out.append(("listen connected", _outcome(lambda: s.listen(1))))
+    out.append(("sendmsg", _outcome(lambda: s.sendmsg([b"ab", b"cd"]))))
+    out.append(("recvmsg", _outcome(lambda: s.recvmsg(4, 0, us.MSG_WAITALL))))
+    peek = us.MSG_PEEK | us.MSG_WAITALL
+    out.append(("recvmsg peek", _outcome(lambda: (s.send(b"xy"), s.recvmsg(2, 0, peek)))))
+    out.append(("recv after peek", _outcome(lambda: s.recv(2, us.MSG_WAITALL))))
+    out.append(("nonblocking recv", _outcome(lambda: s.recv(1, us.MSG_DONTWAIT))))
+    out.append(("shutdown SHUT_WR", _outcome(lambda: s.shutdown(us.SHUT_WR))))
+    out.append(("send after SHUT_WR", _outcome(lambda: s.send(b"x"))))
+    out.append(("recv EOF", _outcome(lambda: s.recv(10))))
+    out.append(("shutdown bad how", _outcome(lambda: s.shutdown(7))))
+    s.close()
+    out.append(("fileno closed", s.fileno()))
+    out.append(("recv closed", _outcome(lambda: s.recv(1))))
+    out.append(("send closed", _outcome(lambda: s.send(b"x"))))
+    out.append(("getsockname closed", _outcome(s.getsockname)))
+    out.append(("close twice", _outcome(s.close)))
+    u = new()
+    # Linux inet_shutdown: ENOTCONN, but the bit stays: once connected, send is EPIPE.
+    out.append(("shutdown unconnected", _outcome(lambda: u.shutdown(us.SHUT_WR))))
+    out.append(("connect after shutdown", _outcome(lambda: u.connect(server))))
+    out.append(("send after early shutdown", _outcome(lambda: u.send(b"x"))))
+    u.close()
+    b = new()
+    b.bind((local, 0))
+    out.append(("bind twice", _outcome(lambda: b.bind((local, 0)))))
+    b.listen(1)
+    out.append(("connect listening", _outcome(lambda: b.connect(server))))
+    out.append(("recv listening", _outcome(lambda: b.recv(1))))
+    b.close()
+    return out
+
+
+def _kernel_echo() -> tuple[pysocket.socket, threading.Thread]:
+    srv = pysocket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            while data := conn.recv(100):
+                conn.sendall(data)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv, t
+
+
+def test_misuse_matches_the_kernel(vw: World) -> None:
+    srv, thread = _kernel_echo()
+    try:
+        kernel = _misuse(lambda: pysocket.socket(pysocket.AF_INET, pysocket.SOCK_STREAM),
+                         srv.getsockname(), "127.0.0.1")
+    finally:
+        srv.close()
+        thread.join(5)
+    _echo(vw)
+    ours = _misuse(lambda: vw.a.socket(), (B, 7), A)
+    assert ours == kernel
+
+
+class _Ftp(socketserver.StreamRequestHandler):
+    """Just enough of an FTP server (RFC 959, passive mode) for ftplib's retr/stor/nlst."""
+
+    files: dict[str, bytes] = {}
+    host: us.Host
+
+    def _reply(self, line: str) -> None:
+        self.wfile.write(line.encode() + b"\r\n")
+
+    def handle(self) -> None:
+        self._reply("220 usertcp ftp")
+        data_srv: Any = None
+        for raw in self.rfile:
+            cmd, _, arg = raw.decode().strip().partition(" ")
+            cmd = cmd.upper()
+            if cmd == "USER":
+                self._reply("331 password please")
+            elif cmd == "PASS":
+                self._reply("230 logged in")
+            elif cmd == "TYPE":
+                self._reply("200 type set")
+            elif cmd == "PASV":
+                data_srv = us.create_server((B, 0), host=self.host)
+                port = data_srv.getsockname()[1]
+                self._reply(f"227 Entering Passive Mode ({B.replace('.', ',')},{port >> 8},{port & 255})")
+            elif cmd in ("RETR", "STOR", "NLST") and data_srv is not None:
+                self._reply("150 opening data connection")
+                conn, _ = data_srv.accept()
+                if cmd == "RETR":
+                    conn.sendall(self.files[arg])
+                elif cmd == "NLST":
+                    conn.sendall("".join(f"{n}\r\n" for n in sorted(self.files)).encode())
+                else:
+                    chunks = []
+                    while chunk := conn.recv(65536):
+                        chunks.append(chunk)
+                    self.files[arg] = b"".join(chunks)
+                conn.close()
+                data_srv.close()
+                data_srv = None
+                self._reply("226 transfer complete")
+            elif cmd == "QUIT":
+                self._reply("221 bye")
+                return
+            else:
+                self._reply("502 not implemented")
+
+
+def test_ftplib_passive_transfers(rw: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ftplib
+
+    class Handler(_Ftp):
+        files = {"hello.txt": b"hello over usertcp\r\n" * 500}
+        host = rw.b
+
+    server = UsertcpTCPServer(rw.b, (B, 2121), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setattr(ftplib, "socket", us)
+        with us.use_host(rw.a), ftplib.FTP() as ftp:
+            ftp.connect(B, 2121, timeout=5)        # the default timeout: CPython's sentinel
+            ftp.login("u", "p")
+            got = bytearray()
+            ftp.retrbinary("RETR hello.txt", got.extend)
+            assert bytes(got) == Handler.files["hello.txt"]
+            ftp.storbinary("STOR up.bin", io.BytesIO(bytes(range(256)) * 400))
+            assert Handler.files["up.bin"] == bytes(range(256)) * 400
+            assert ftp.nlst() == ["hello.txt", "up.bin"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_create_connection_default_timeout_and_names(rw: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = UsertcpTCPServer(rw.b, (B, 8081), _Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setattr(http.client, "socket", us)
+        rw.a.add_name("web.test", "fd00::99", B)   # the first address is unreachable: try the next
+        with us.use_host(rw.a):
+            conn = http.client.HTTPConnection("web.test", 8081)      # no timeout: the sentinel
+            conn.request("GET", "/x")
+            assert conn.getresponse().read() == b"hello /x"
+            conn.close()
     finally:
         server.shutdown()
         server.server_close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket as _pysocket
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from usertcp.api.constants import (
     AF_INET,
@@ -18,10 +18,17 @@ from usertcp.api.constants import (
     SocketKind,
     gaierror,
 )
-from usertcp.api.host import Host, get_default_host
+from usertcp.api.host import Host, get_default_host, host_or_default
 from usertcp.api.sockets import Socket
 
-__all__ = ["create_connection", "create_server", "getaddrinfo", "gethostbyname", "socket"]
+__all__ = ["create_connection", "create_server", "getaddrinfo", "getfqdn", "gethostbyname", "gethostname",
+           "htonl", "htons", "inet_aton", "inet_ntoa", "inet_ntop", "inet_pton", "ntohl", "ntohs", "socket"]
+
+# Pure conversions need no stack: the standard library's, so code using them keeps working
+# when its ``socket`` module is usertcp's.
+htonl, htons, ntohl, ntohs = _pysocket.htonl, _pysocket.htons, _pysocket.ntohl, _pysocket.ntohs
+inet_aton, inet_ntoa = _pysocket.inet_aton, _pysocket.inet_ntoa
+inet_pton, inet_ntop = _pysocket.inet_pton, _pysocket.inet_ntop
 
 
 
@@ -31,34 +38,45 @@ def socket(family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0, *,
     return Socket(family, type, proto, host=host)
 
 
-class _DefaultTimeout:
-    """Sentinel: "use getdefaulttimeout()", as socket._GLOBAL_DEFAULT_TIMEOUT."""
+# CPython's own sentinel, so a stdlib module that captured ``socket._GLOBAL_DEFAULT_TIMEOUT``
+# as a default argument (http.client, smtplib, ftplib) means "the default" here too.
+_GLOBAL_DEFAULT_TIMEOUT: Final[object] = _pysocket._GLOBAL_DEFAULT_TIMEOUT  # type: ignore[attr-defined]
 
 
-_GLOBAL_DEFAULT_TIMEOUT: Final = _DefaultTimeout()
+def create_connection(address: tuple[Any, ...], timeout: float | object | None = _GLOBAL_DEFAULT_TIMEOUT,
+                      source_address: tuple[Any, ...] | None = None, *, all_errors: bool = False,
+                      host: Host | None = None) -> Socket:
+    """Connect to ``(host, port)`` and return the socket, as :func:`socket.create_connection`:
+    each address the name resolves to (the host's table, or a literal) is tried in turn."""
+    name, port = address[0], address[1]
+    where = host_or_default(host)
+    errors: list[OSError] = []
+    for packed in where.resolve(name):
+        ip = str(ipaddress.ip_address(packed))
+        sock = Socket(AF_INET6 if len(packed) == 16 else AF_INET, SOCK_STREAM, host=where)
+        try:
+            if timeout is not _GLOBAL_DEFAULT_TIMEOUT:
+                sock.settimeout(cast("float | None", timeout))
+            if source_address is not None:
+                sock.bind(source_address)
+            sock.connect((ip, port))
+        except OSError as e:
+            sock.close()
+            errors.append(e)
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    if all_errors:
+        raise ExceptionGroup("create_connection failed", errors)
+    raise errors[-1]
 
 
 def _family_of(address: Any) -> AddressFamily:
     if isinstance(address, tuple) and address and isinstance(address[0], str) and ":" in address[0]:
         return AF_INET6
     return AF_INET
-
-
-def create_connection(address: tuple[Any, ...],
-                      timeout: float | _DefaultTimeout | None = _GLOBAL_DEFAULT_TIMEOUT,
-                      source_address: tuple[Any, ...] | None = None, *, host: Host | None = None) -> Socket:
-    """Connect to ``(ip, port)`` and return the socket (the family follows the address)."""
-    sock = Socket(_family_of(address), SOCK_STREAM, host=host)
-    try:
-        if not isinstance(timeout, _DefaultTimeout):
-            sock.settimeout(timeout)
-        if source_address is not None:
-            sock.bind(source_address)
-        sock.connect(address)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 def create_server(address: tuple[Any, ...], *, family: int | None = None, backlog: int | None = 128,
@@ -132,3 +150,13 @@ def _is_literal(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def gethostname() -> str:
+    """The default host's name (there is no kernel hostname to ask)."""
+    return host_or_default(None).name
+
+
+def getfqdn(name: str = "") -> str:
+    """``name``, or the default host's name: usertcp has no reverse DNS to ask."""
+    return name or gethostname()

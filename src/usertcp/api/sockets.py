@@ -153,6 +153,7 @@ class Socket:
         self._io_refs = 0               # open makefile() files: close() waits for them (as CPython)
         self._close_pending = False     # close() was called while files were open
         self._handles = [1]             # socket objects sharing this socket (dup()), shared list
+        self._early_shutdown = 0        # RCV (1) / SEND (2) shutdown asked before a connection
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -326,7 +327,7 @@ class Socket:
             # a collected socket's bytes belong to the object ring (recv gets EBUSY)
             readable = False
         else:
-            readable = conn.readable_bytes > 0 or _eof_or_error(conn)
+            readable = conn.readable_bytes > 0 or _eof_or_error(conn) or bool(self._early_shutdown & 1)
         return readable, self._send_ready()
 
     # -- bind / listen / accept --------------------------------------------------
@@ -540,7 +541,7 @@ class Socket:
     def _writable_conn(self) -> Connection:
         """The connection to send on, or the error Linux tcp_sendmsg would return."""
         conn = self._conn
-        if conn is None:
+        if conn is None or self._early_shutdown & 2:
             raise os_error(errno.EPIPE, "send on a socket that is not connected")
         if conn.error:
             raise os_error(take_error(conn))
@@ -551,7 +552,7 @@ class Socket:
 
     def _send_ready(self) -> bool:
         conn = self._conn
-        if conn is None or conn.error or conn.write_shutdown:
+        if conn is None or conn.error or conn.write_shutdown or self._early_shutdown & 2:
             return True
         if conn.state in _CONNECTING:
             return False
@@ -636,7 +637,7 @@ class Socket:
             if conn.collector is not None:
                 # The receive side belongs to a payload-object collector (objects ring COLLECT).
                 raise os_error(errno.EBUSY, "the socket's receive side is claimed by a collector")
-            if n == 0:
+            if n == 0 or self._early_shutdown & 1:
                 return b"" if into is None else 0
             if conn.state in _CONNECTING:
                 return _BLOCK
@@ -664,7 +665,7 @@ class Socket:
 
         def ready() -> bool:
             conn = self._conn
-            if conn is None:
+            if conn is None or self._early_shutdown & 1:
                 return True
             if conn.state in _CONNECTING:
                 return False
@@ -725,6 +726,9 @@ class Socket:
                 return
             conn = self._conn
             if conn is None or conn.state is State.CLOSED:
+                # Linux inet_shutdown: ENOTCONN, yet sk_shutdown keeps the bits: a later
+                # connect() gives a socket that cannot send (EPIPE) / reads EOF at once.
+                self._early_shutdown |= how + 1      # SHUT_RD 0 -> 1, SHUT_WR 1 -> 2, RDWR 2 -> 3
                 raise os_error(errno.ENOTCONN)
             conn.shutdown(how != SHUT_WR, how != SHUT_RD, drv.now())
         self._kick()
