@@ -9,6 +9,7 @@ in-memory network (sub-millisecond links: fast).
 from __future__ import annotations
 
 import errno
+import functools
 import http.client
 import http.server
 import io
@@ -17,6 +18,7 @@ import smtplib
 import socket as pysocket
 import socketserver
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -472,3 +474,39 @@ def test_create_connection_default_timeout_and_names(rw: World, monkeypatch: pyt
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def _inq_reads(sock: Any, wait_all_arrived: Callable[[], object]) -> list[object]:
+    """TCP_INQ on, the peer sent b"abcdef" and closed: what each recvmsg reports."""
+    sock.setsockopt(us.IPPROTO_TCP, us.TCP_INQ, 1)
+    out: list[object] = [sock.getsockopt(us.IPPROTO_TCP, us.TCP_INQ)]
+    wait_all_arrived()
+    for size, anc in ((2, 64), (1, 20), (1, 18), (1, 12), (0, 0), (10, 24), (10, 24)):
+        out.append(_outcome(functools.partial(sock.recvmsg, size, anc)))
+    buf = bytearray(4)
+    out.append(_outcome(lambda: sock.recvmsg_into([buf], 64)))
+    out.append(_outcome(lambda: sock.setsockopt(us.IPPROTO_TCP, us.TCP_INQ, 2)))
+    return out
+
+
+def test_tcp_inq_cmsg_matches_the_kernel(vw: World) -> None:
+    srv = pysocket.create_server(("127.0.0.1", 0))
+    k = pysocket.create_connection(srv.getsockname())
+    peer, _ = srv.accept()
+    peer.sendall(b"abcdef")
+    peer.close()
+    kernel = _inq_reads(k, lambda: time.sleep(0.05))
+    k.close()
+    srv.close()
+
+    ours_srv = us.create_server((B, 80), host=vw.b)
+    c = us.create_connection((B, 80), host=vw.a)
+    child, _ = ours_srv.accept()
+    child.sendall(b"abcdef")
+    child.close()
+    conn = c.connection
+    assert conn is not None
+    drv = vw.driver
+    assert isinstance(drv, VirtualTimeDriver)
+    ours = _inq_reads(c, lambda: drv.run_until(lambda: conn.fin_received, 5))
+    assert ours == kernel

@@ -60,6 +60,7 @@ __all__ = [
     "SO_REUSEPORT",
     "SO_SNDBUF",
     "SO_TYPE",
+    "TCP_CM_INQ",
     "TCP_CONGESTION",
     "TCP_CORK",
     "TCP_FASTOPEN",
@@ -137,6 +138,7 @@ TCP_FASTOPEN_KEY: Final = 33
 TCP_FASTOPEN_NO_COOKIE: Final = 34
 TCP_MD5SIG_EXT: Final = 32
 TCP_INQ: Final = 36
+TCP_CM_INQ: Final = TCP_INQ      # the cmsg type TCP_INQ adds to recvmsg
 # IP-level options TCP honours (Linux values): path-MTU discovery mode, hard ICMP errors, MTU.
 IP_TOS: Final = 1
 IP_MTU_DISCOVER: Final = 10

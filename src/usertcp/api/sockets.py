@@ -702,6 +702,15 @@ class Socket:
         assert isinstance(out, int)
         return out
 
+    def inq_hint(self) -> int:
+        """Linux tcp_inq_hint(): bytes left to read, counting a received FIN as one (so a
+        reader sees "not done" until it has read the EOF)."""
+        with self._host.driver.lock:
+            conn = self._conn
+            if conn is None:
+                return 0
+            return int(conn.readable_bytes) + (1 if conn.fin_received else 0)
+
     def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, None]:
         """As Python on Linux: a TCP socket reports no source address (None)."""
         return self.recv(bufsize, flags), None

@@ -49,6 +49,7 @@ from usertcp.api.constants import (
     TCP_FASTOPEN_KEY,
     TCP_FASTOPEN_NO_COOKIE,
     TCP_INFO,
+    TCP_INQ,
     TCP_KEEPCNT,
     TCP_KEEPIDLE,
     TCP_KEEPINTVL,
@@ -136,7 +137,7 @@ class SocketOptions:
     """One socket's option state, applied to its connection or listener as they come to exist."""
 
     __slots__ = ("_cc_name", "config", "conn_attrs", "error", "linger", "md5_keys", "rcvbuf",
-                 "reuseaddr", "reuseport", "sndbuf", "tfo_connect", "tfo_key", "tfo_no_cookie",
+                 "recv_inq", "reuseaddr", "reuseport", "sndbuf", "tfo_connect", "tfo_key", "tfo_no_cookie",
                  "tfo_qlen")
 
     def __init__(self, config: StackConfig) -> None:
@@ -155,6 +156,7 @@ class SocketOptions:
         self.tfo_connect = False            # TCP_FASTOPEN_CONNECT: the SYN waits for the first write
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys (per peer)
         self._cc_name: str | None = None
+        self.recv_inq = False               # TCP_INQ: recvmsg reports the bytes left to read
         self.error = 0                      # a failed connect's error once its connection is gone
 
     @property
@@ -170,6 +172,7 @@ class SocketOptions:
         child.reuseaddr, child.reuseport = self.reuseaddr, self.reuseport   # sk_reuse is copied
         child.md5_keys = self.md5_keys
         child._cc_name = self._cc_name
+        child.recv_inq = self.recv_inq      # tcp_sock is copied whole (tp->recvmsg_inq)
         return child
 
     def apply_to_listener(self, lst: Listener) -> None:
@@ -286,6 +289,11 @@ class SocketOptions:
                 listener.set_fastopen_key(key)
             return Effect.NONE
         v = int_value(value)
+        if optname == TCP_INQ:
+            if not 0 <= v <= 1:
+                raise os_error(errno.EINVAL, "TCP_INQ takes 0 or 1")
+            self.recv_inq = bool(v)
+            return Effect.NONE
         if optname == TCP_NODELAY:
             effect = self._attr("nodelay", bool(v), conn, listener)
             return Effect.PUSH if v and effect else effect
@@ -440,6 +448,8 @@ class SocketOptions:
             return listener.fastopen_qlen if listener is not None else self.tfo_qlen
         if optname == TCP_FASTOPEN_CONNECT:
             return int(self.tfo_connect)
+        if optname == TCP_INQ:
+            return int(self.recv_inq)
         if optname == TCP_FASTOPEN_NO_COOKIE:
             return int(self.tfo_no_cookie)
         raise os_error(errno.ENOPROTOOPT, f"IPPROTO_TCP option {optname} not supported")

@@ -8,9 +8,10 @@ method of the same name does, built only on the socket's public calls:
   and write through it; the socket stays open until the last file is closed.
 - :func:`sendmsg` / :func:`recvmsg` / :func:`recvmsg_into`: TCP on Linux has no ancillary data
   to send but ``SOL_SOCKET`` controls (none of which usertcp implements: EINVAL, as
-  ``sock_cmsg_send`` for an unknown type) and ignores other levels; it returns no ancillary
-  data (no TCP_INQ/timestamping yet), never sets ``MSG_TRUNC`` (a stream), and reports no
-  source address (None), as CPython on Linux.
+  ``sock_cmsg_send`` for an unknown type) and ignores other levels; a receive returns the
+  ``TCP_CM_INQ`` control message when ``TCP_INQ`` is on (as Linux, truncated with
+  ``MSG_CTRUNC`` to a short buffer; no timestamping), never sets ``MSG_TRUNC`` (a stream), and
+  reports no source address (None), as CPython on Linux.
 - :func:`sendfile` reads the file and sends it, as CPython's fallback for sockets without a
   kernel descriptor does.
 """
@@ -21,10 +22,11 @@ import errno
 import io
 import os
 import socket as _pysocket
+import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from usertcp.api.constants import SOL_SOCKET, os_error
+from usertcp.api.constants import IPPROTO_TCP, MSG_CTRUNC, SOL_SOCKET, TCP_CM_INQ, os_error
 from usertcp.api.sockopts import as_bytes_view
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["makefile", "recvmsg", "recvmsg_into", "sendfile", "sendmsg"]
 
 _SENDFILE_CHUNK = 65536
+_CMSG_HDR = _pysocket.CMSG_LEN(0)      # sizeof(struct cmsghdr)
 
 
 def makefile(sock: Socket, mode: str = "r", buffering: int | None = None, *,
@@ -98,7 +101,23 @@ def recvmsg(sock: Socket, bufsize: int, ancbufsize: int = 0,
         raise ValueError("negative buffer size in recvmsg()")
     if ancbufsize < 0:
         raise ValueError("negative ancillary buffer size in recvmsg()")
-    return sock.recv(bufsize, flags), [], 0, None
+    data = sock.recv(bufsize, flags)
+    ancdata, msg_flags = _control(sock, ancbufsize)
+    return data, ancdata, msg_flags, None
+
+
+def _control(sock: Socket, ancbufsize: int) -> tuple[list[tuple[int, int, bytes]], int]:
+    """The control messages of one receive, fitted to ``ancbufsize`` as Linux put_cmsg() does:
+    none and MSG_CTRUNC below a header, a cut-short one and MSG_CTRUNC below its length."""
+    if not sock.options.recv_inq:
+        return [], 0
+    # Linux tcp_recvmsg: with TCP_INQ, a TCP_CM_INQ cmsg after every successful read.
+    payload = struct.pack("i", sock.inq_hint())
+    if ancbufsize < _CMSG_HDR:
+        return [], MSG_CTRUNC
+    if ancbufsize < _pysocket.CMSG_LEN(len(payload)):
+        return [(IPPROTO_TCP, TCP_CM_INQ, payload[:ancbufsize - _CMSG_HDR])], MSG_CTRUNC
+    return [(IPPROTO_TCP, TCP_CM_INQ, payload)], 0
 
 
 def recvmsg_into(sock: Socket, buffers: Iterable[Any], ancbufsize: int = 0,
@@ -115,7 +134,8 @@ def recvmsg_into(sock: Socket, buffers: Iterable[Any], ancbufsize: int = 0,
         take = min(len(v), len(data) - pos)
         v[:take] = data[pos:pos + take]
         pos += take
-    return len(data), [], 0, None
+    ancdata, msg_flags = _control(sock, ancbufsize)
+    return len(data), ancdata, msg_flags, None
 
 
 def sendfile(sock: Socket, file: BinaryIO, offset: int = 0, count: int | None = None) -> int:
