@@ -8,8 +8,14 @@ Each :class:`TrioSocket` wraps a non-blocking :class:`usertcp.api.sockets.Socket
 is tried at once; when it would block, the task waits in trio's own I/O loop on the socket's
 readiness eventfds (:mod:`usertcp.api.readiness`: one readable when ``recv`` would not block,
 one readable when ``send`` would not), which the real-time driver's watcher keeps in step.
-So the stack must be run by a :class:`~usertcp.net.driver.RealTimeDriver` (a virtual-time
-driver only moves when a usertcp wait runs it, which trio's loop never does).
+With a :class:`~usertcp.net.driver.RealTimeDriver` the driver's watcher thread keeps them in
+step. With a :class:`~usertcp.net.driver.VirtualTimeDriver`, run trio with
+:class:`VirtualClock`: trio's clock is then the network's virtual clock, and whenever no trio
+task can run, the clock runs the simulation up to trio's next deadline or the first change of
+a socket's readiness, whichever comes first. Timeouts, ``trio.sleep(60)`` and retransmissions
+all happen at once, and a run with the same seed is the same run::
+
+    trio.run(main, clock=VirtualClock(driver))
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ import trio
 
 from usertcp.api.constants import SHUT_RDWR, SHUT_WR, SO_ERROR, SOCK_NONBLOCK, SOL_SOCKET, os_error
 from usertcp.api.host import Host
+from usertcp.api.readiness import sync_driver
 from usertcp.api.sockets import Socket
+from usertcp.net.driver import VirtualTimeDriver
 
-__all__ = ["TrioSocket", "UsertcpSocketFactory"]
+__all__ = ["TrioSocket", "UsertcpSocketFactory", "VirtualClock"]
 
 _T = TypeVar("_T")
 
@@ -187,6 +195,46 @@ class TrioSocket(trio.socket.SocketType):
     async def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0, address: Any = None) -> int:
         return await self._nonblocking(lambda: self._sock.sendmsg(buffers, ancdata, flags, address),
                                        self.wait_writable)
+
+
+class VirtualClock(trio.abc.Clock):
+    """trio's clock = a :class:`VirtualTimeDriver`'s; idle waits run the simulation."""
+
+    # Real seconds trio may block in its I/O wait when the simulation has nothing left to do
+    # (only a real descriptor, e.g. a thread's, could then wake it).
+    IDLE_POLL = 0.05
+    MAX_STEP = 3600.0        # virtual seconds one idle wait may run the simulation
+
+    def __init__(self, driver: VirtualTimeDriver) -> None:
+        self._driver = driver
+        self._polled = False     # trio polled its descriptors since the simulation last moved
+
+    def start_clock(self) -> None:
+        pass
+
+    def current_time(self) -> float:
+        return self._driver.now()
+
+    def deadline_to_sleep_time(self, deadline: float) -> float:
+        # trio asks only when no task is runnable: the moment to move the simulation on, but
+        # only once trio has polled its descriptors without waiting (a waiter whose fd is
+        # already ready must run before virtual time moves). So every other call polls.
+        drv = self._driver
+        now = drv.now()
+        if deadline <= now:
+            return 0.0
+        if not self._polled:
+            self._polled = True
+            return 0.0
+        self._polled = False
+        # No trio deadline: still hand back control now and then (an idle connection's
+        # keepalive timers would otherwise keep this call busy for ever).
+        limit = min(deadline - now, self.MAX_STEP)
+        if drv.run_until(lambda: sync_driver(drv), limit):
+            return 0.0                   # a socket became ready: trio's I/O poll sees it now
+        if drv.now() >= deadline:
+            return 0.0                   # trio's own deadline came first
+        return self.IDLE_POLL
 
 
 class UsertcpSocketFactory(trio.abc.SocketFactory):

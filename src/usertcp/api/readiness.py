@@ -32,7 +32,7 @@ from usertcp.net.driver import VirtualTimeDriver
 if TYPE_CHECKING:
     from usertcp.api.sockets import Socket
 
-__all__ = ["ReadinessMirror", "select", "socket_for_fd"]
+__all__ = ["ReadinessMirror", "select", "socket_for_fd", "sync_driver"]
 
 # Every live mirrored descriptor -> its socket: how a selector finds the socket behind an fd.
 _SOCKETS_BY_FD: dict[int, Socket] = {}
@@ -42,6 +42,20 @@ _REGISTRY_LOCK = threading.Lock()
 def socket_for_fd(fd: int) -> Socket | None:
     """The usertcp socket whose ``fileno()`` is ``fd`` (None: not one of ours)."""
     return _SOCKETS_BY_FD.get(fd)
+
+
+def sync_driver(driver: SocketDriver) -> bool:
+    """Re-sync the descriptors of every socket ``driver`` runs (all its hosts); True on a change.
+
+    What an event loop that runs a virtual-time driver itself calls after moving it
+    (:class:`usertcp.triosocket.VirtualClock`).
+    """
+    with _REGISTRY_LOCK:
+        socks = list(_SOCKETS_BY_FD.values())
+    changed = False
+    for host in {id(s.host): s.host for s in socks if s.host.driver is driver}.values():
+        changed |= host.readiness.sync()
+    return changed
 
 
 class _Pair:
@@ -89,21 +103,26 @@ class ReadinessMirror:
     def has(self, sock: Socket) -> bool:
         return sock in self._pairs
 
-    def sync_socket(self, sock: Socket) -> None:
+    def sync_socket(self, sock: Socket) -> bool:
+        """Bring ``sock``'s descriptors in step; True when one of them changed."""
         pair = self._pairs.get(sock)
         if pair is None:
-            return
+            return False
         with self._driver.lock, self._lock:
             readable, writable = sock.poll_readiness()
+            changed = (readable, writable) != (pair.readable, pair.writable)
             _show(pair.read_fd, pair.readable, readable)
             _show(pair.write_fd, pair.writable, writable)
             pair.readable, pair.writable = readable, writable
+        return changed
 
     def sync(self) -> bool:
-        """Re-sync every socket (a driver wait predicate: always False)."""
+        """Re-sync every socket; True when any descriptor changed."""
+        changed = False
         for sock in list(self._pairs):
-            self.sync_socket(sock)
-        return False
+            changed |= self.sync_socket(sock)
+        return changed
+
 
     def discard(self, sock: Socket) -> None:
         """Close ``sock``'s descriptors (the socket is closing)."""
