@@ -209,6 +209,95 @@ def test_names_resolve_through_the_host_table(vw: World) -> None:
             us.getaddrinfo("echo.test", 7, us.AF_INET6)
 
 
+class _InSimulationServer:
+    """A line-protocol server that runs inside the simulation (stack callbacks, as
+    usertcp.apps.basic), so a blocking stdlib client can be tested in virtual time on one thread.
+
+    ``session()`` makes a sans-IO session: ``feed(bytes) -> bytes`` and ``closed``.
+    """
+
+    def __init__(self, w: World, port: int, session: Callable[[], Any], greeting: bytes = b"") -> None:
+        self.now = w.driver.now
+        self.session = session
+        self.sessions: dict[Any, Any] = {}
+        lst = w.b.stack.listen(port)
+        if greeting:
+            lst.set_preload(greeting, self.now())       # MSG_PRELOAD: the stack sends it
+        lst.on_accept_ready = self._accept
+        self.pending: dict[Any, bytes] = {}
+
+    def _accept(self, lst: Any) -> None:
+        while (conn := lst.accept()) is not None:
+            self.sessions[conn] = self.session()
+            conn.on_readable = self._readable
+            conn.on_writable = self._flush
+
+    def _readable(self, conn: Any) -> None:
+        sess = self.sessions[conn]
+        data = conn.recv(65536, self.now())
+        if data:
+            self.pending[conn] = self.pending.get(conn, b"") + sess.feed(data)
+        self._flush(conn)
+        if (sess.closed or conn.fin_received) and not self.pending.get(conn) and not conn.closed_by_app:
+            conn.close(self.now())
+
+    def _flush(self, conn: Any) -> None:
+        out = self.pending.get(conn, b"")
+        if out:
+            n = conn.send(out, self.now())
+            self.pending[conn] = out[n:]
+
+
+class _HttpSession:
+    """HTTP/1.1 keep-alive GET responder (enough for http.client)."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.closed = False
+
+    def feed(self, data: bytes) -> bytes:
+        self.buf += data
+        out = b""
+        while b"\r\n\r\n" in self.buf:
+            head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+            path = head.split(b" ")[1]
+            body = b"virtual " + path
+            out += b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        return out
+
+
+def test_http_client_in_virtual_time(vw: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    _InSimulationServer(vw, 80, _HttpSession)
+    monkeypatch.setattr(http.client, "socket", us)
+    with us.use_host(vw.a):
+        conn = http.client.HTTPConnection(B, 80, timeout=30)
+        t0 = vw.driver.now()
+        for path in ("/one", "/two"):
+            conn.request("GET", path)
+            assert conn.getresponse().read() == b"virtual " + path.encode()
+        conn.close()
+    # Virtual seconds: handshake + two request/response round trips over a 10 ms link.
+    assert vw.driver.now() - t0 == pytest.approx(0.06, abs=0.005)
+
+
+def test_smtplib_in_virtual_time_with_a_preloaded_greeting(vw: World,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from usertcp.apps.smtp import SmtpSession
+
+    sessions: list[SmtpSession] = []
+
+    def new_session() -> SmtpSession:
+        sessions.append(SmtpSession("mx.test"))
+        return sessions[-1]
+
+    _InSimulationServer(vw, 25, new_session, greeting=SmtpSession("mx.test").greeting())
+    monkeypatch.setattr(smtplib, "socket", us)
+    with us.use_host(vw.a), smtplib.SMTP(B, 25, local_hostname="client.test", timeout=30) as smtp:
+        assert smtp.ehlo()[0] == 250
+        smtp.sendmail("a@x.test", ["b@y.test"], "Subject: v\r\n\r\nvirtual time\r\n")
+    assert sessions[0].messages[0].data == b"Subject: v\r\n\r\nvirtual time\r\n"
+
+
 # ---------------------------------------------------------------- real-time driver, stdlib servers
 
 
