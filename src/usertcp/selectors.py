@@ -16,7 +16,7 @@ from typing import Any
 from usertcp.api.constants import os_error
 from usertcp.api.host import check_timeout
 from usertcp.api.readiness import socket_for_fd
-from usertcp.api.sockets import Socket
+from usertcp.api.socket_core import SocketCore
 
 __all__ = ["UsertcpSelector"]
 
@@ -69,7 +69,7 @@ class UsertcpSelector(selectors._BaseSelectorImpl):
             return self._ready()
 
 
-def _socket_of(key: selectors.SelectorKey) -> Socket:
+def _socket_of(key: selectors.SelectorKey) -> SocketCore:
     sock = socket_for_fd(key.fd)
     if sock is None:
         raise ValueError(f"{key.fileobj!r} is no longer an open usertcp socket")

@@ -21,6 +21,7 @@ from usertcp.tcp.stack import EPHEMERAL_PORTS, Stack
 
 if TYPE_CHECKING:
     from usertcp.api.readiness import ReadinessMirror
+    from usertcp.api.socket_core import SocketCore
     from usertcp.api.sockets import Socket
 
 __all__ = [
@@ -66,7 +67,7 @@ class Host:
         self.stack = stack
         self.driver = driver
         self.name = name or stack.name or "host"
-        self._bound: dict[int, list[Socket]] = {}
+        self._bound: dict[int, list[SocketCore]] = {}
         self._next_port = EPHEMERAL_PORTS[0]
         self._names: dict[str, list[bytes]] = {}
         self._readiness: ReadinessMirror | None = None
@@ -135,7 +136,7 @@ class Host:
                 return port
         raise os_error(errno.EADDRINUSE, "no free ephemeral port")
 
-    def check_bind(self, sock: Socket, ip: bytes | None, port: int) -> None:
+    def check_bind(self, sock: SocketCore, ip: bytes | None, port: int) -> None:
         """Linux inet_csk_bind_conflict, simplified: overlapping addresses on one port
         conflict unless both sides set SO_REUSEADDR and neither listens."""
         def overlaps(other: bytes | None) -> bool:
@@ -156,10 +157,10 @@ class Host:
                 if lport == port and overlaps(lip):
                     raise os_error(errno.EADDRINUSE, "address already in use")
 
-    def register_port(self, sock: Socket, port: int) -> None:
+    def register_port(self, sock: SocketCore, port: int) -> None:
         self._bound.setdefault(port, []).append(sock)
 
-    def release_port(self, sock: Socket, port: int) -> None:
+    def release_port(self, sock: SocketCore, port: int) -> None:
         socks = self._bound.get(port)
         if socks and sock in socks:
             socks.remove(sock)

@@ -30,16 +30,16 @@ from usertcp.api.host import SocketDriver, check_timeout
 from usertcp.net.driver import VirtualTimeDriver
 
 if TYPE_CHECKING:
-    from usertcp.api.sockets import Socket
+    from usertcp.api.socket_core import SocketCore
 
 __all__ = ["ReadinessMirror", "select", "socket_for_fd", "sync_driver"]
 
 # Every live mirrored descriptor -> its socket: how a selector finds the socket behind an fd.
-_SOCKETS_BY_FD: dict[int, Socket] = {}
+_SOCKETS_BY_FD: dict[int, SocketCore] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def socket_for_fd(fd: int) -> Socket | None:
+def socket_for_fd(fd: int) -> SocketCore | None:
     """The usertcp socket whose ``fileno()`` is ``fd`` (None: not one of ours)."""
     return _SOCKETS_BY_FD.get(fd)
 
@@ -84,11 +84,11 @@ class ReadinessMirror:
 
     def __init__(self, driver: SocketDriver) -> None:
         self._driver = driver
-        self._pairs: dict[Socket, _Pair] = {}
+        self._pairs: dict[SocketCore, _Pair] = {}
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 
-    def fds(self, sock: Socket) -> tuple[int, int]:
+    def fds(self, sock: SocketCore) -> tuple[int, int]:
         """(readable fd, writable fd) of ``sock``, created on first use."""
         with self._lock:
             pair = self._pairs.get(sock)
@@ -100,10 +100,10 @@ class ReadinessMirror:
         self.sync_socket(sock)
         return pair.read_fd, pair.write_fd
 
-    def has(self, sock: Socket) -> bool:
+    def has(self, sock: SocketCore) -> bool:
         return sock in self._pairs
 
-    def sync_socket(self, sock: Socket) -> bool:
+    def sync_socket(self, sock: SocketCore) -> bool:
         """Bring ``sock``'s descriptors in step; True when one of them changed."""
         pair = self._pairs.get(sock)
         if pair is None:
@@ -124,7 +124,7 @@ class ReadinessMirror:
         return changed
 
 
-    def discard(self, sock: Socket) -> None:
+    def discard(self, sock: SocketCore) -> None:
         """Close ``sock``'s descriptors (the socket is closing)."""
         with self._lock:
             pair = self._pairs.pop(sock, None)
@@ -159,8 +159,8 @@ class ReadinessMirror:
             return       # the driver stopped
 
 
-def select(rlist: Iterable[Socket], wlist: Iterable[Socket], xlist: Iterable[Socket],
-           timeout: float | None = None) -> tuple[list[Socket], list[Socket], list[Socket]]:
+def select(rlist: Iterable[SocketCore], wlist: Iterable[SocketCore], xlist: Iterable[SocketCore],
+           timeout: float | None = None) -> tuple[list[SocketCore], list[SocketCore], list[SocketCore]]:
     """``select.select`` for usertcp sockets, run by their driver.
 
     A socket is readable when ``recv``/``accept`` would not block, writable when ``send``
@@ -169,7 +169,7 @@ def select(rlist: Iterable[Socket], wlist: Iterable[Socket], xlist: Iterable[Soc
     runs the simulation.
     """
     rs, ws, xs = list(rlist), list(wlist), list(xlist)
-    socks: Sequence[Socket] = rs + ws + xs
+    socks: Sequence[SocketCore] = rs + ws + xs
     if not socks:
         raise ValueError("select() needs at least one socket")
     drv = socks[0].host.driver
@@ -177,7 +177,7 @@ def select(rlist: Iterable[Socket], wlist: Iterable[Socket], xlist: Iterable[Soc
         raise ValueError("select(): all sockets must be run by the same driver")
     tmo = check_timeout(timeout)
 
-    def poll() -> tuple[list[Socket], list[Socket], list[Socket]]:
+    def poll() -> tuple[list[SocketCore], list[SocketCore], list[SocketCore]]:
         return [s for s in rs if s.poll_readiness()[0]], [s for s in ws if s.poll_readiness()[1]], []
 
     with drv.lock:
