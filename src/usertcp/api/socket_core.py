@@ -485,7 +485,7 @@ class SocketCore:
 
     # -- options -----------------------------------------------------------------
 
-    def setsockopt(self, level: int, optname: int, value: int | bytes | bytearray | memoryview | None,
+    def setsockopt(self, level: int, optname: int, value: int | str | bytes | bytearray | memoryview | None,
                    optlen: int | None = None) -> None:
         with self._host.driver.lock:
             self._check_open()

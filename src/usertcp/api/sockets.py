@@ -103,10 +103,7 @@ class Socket(SocketCore):
             lst = self._listener
             if lst is None or lst.closed:
                 raise os_error(errno.EINVAL, "MSG_PRELOAD needs a listening socket")
-            set_preload = getattr(lst, "set_preload", None)
-            if set_preload is None:
-                raise os_error(errno.EOPNOTSUPP, "this stack's Listener has no set_preload()")
-            set_preload(bytes(view), self._host.driver.now())
+            lst.set_preload(bytes(view), self._host.driver.now())
         self._kick()
         return len(view)
 
