@@ -43,10 +43,13 @@ class UsertcpSelector(selectors._BaseSelectorImpl):
             sock = socket_for_fd(key.fd)
             if sock is None:
                 continue            # closed since it was registered (epoll forgets it too)
-            readable, writable = sock.poll_readiness()
-            events = (selectors.EVENT_READ if readable else 0) | (selectors.EVENT_WRITE if writable else 0)
-            if events & key.events:
-                out.append((key, events & key.events))
+            events = 0
+            if key.events & selectors.EVENT_READ and sock.poll_readable():
+                events |= selectors.EVENT_READ
+            if key.events & selectors.EVENT_WRITE and sock.poll_writable():
+                events |= selectors.EVENT_WRITE
+            if events:
+                out.append((key, events))
         return out
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:

@@ -114,11 +114,18 @@ class TrioSocket(trio.socket.SocketType):
             self._did_shutdown_wr = True
 
     def is_readable(self) -> bool:
-        return self._sock.poll_readiness()[0]
+        with self._sock.host.driver.lock:
+            return self._sock.poll_readable()
 
     # -- waiting --------------------------------------------------------------------------
 
     async def wait_writable(self) -> None:
+        # Asking for writability as a POLLOUT poller does (SOCK_NOSPACE when short of space).
+        with self._sock.host.driver.lock:
+            writable = self._sock.poll_writable()
+        if writable:
+            await trio.lowlevel.checkpoint()
+            return
         await trio.lowlevel.wait_readable(self._sock.readiness_fds()[1])
 
     async def _wait_readable(self) -> None:

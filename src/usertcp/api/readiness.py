@@ -178,7 +178,7 @@ def select(rlist: Iterable[SocketCore], wlist: Iterable[SocketCore], xlist: Iter
     tmo = check_timeout(timeout)
 
     def poll() -> tuple[list[SocketCore], list[SocketCore], list[SocketCore]]:
-        return [s for s in rs if s.poll_readiness()[0]], [s for s in ws if s.poll_readiness()[1]], []
+        return [s for s in rs if s.poll_readable()], [s for s in ws if s.poll_writable()], []
 
     with drv.lock:
         got = poll()
@@ -186,7 +186,7 @@ def select(rlist: Iterable[SocketCore], wlist: Iterable[SocketCore], xlist: Iter
         return got
 
     def ready() -> bool:
-        return any(s.poll_readiness()[0] for s in rs) or any(s.poll_readiness()[1] for s in ws)
+        return any(s.poll_readable() for s in rs) or any(s.poll_writable() for s in ws)
 
     woke = drv.wait_until(ready, tmo)
     for host in {id(s.host): s.host for s in socks}.values():

@@ -173,21 +173,34 @@ class SocketCore:
         self._check_open()
         return self._host.readiness.fds(self)
 
-    def poll_readiness(self) -> tuple[bool, bool]:
-        """(recv/accept would not block, send would not block); EBADF once closed."""
+    def poll_readable(self) -> bool:
+        """recv/accept would not block (a pending error or EOF included); EBADF once closed."""
         self._check_open()
         lst = self._listener
         if lst is not None:
-            return lst.closed or bool(lst.accept_queue), False
+            return lst.closed or bool(lst.accept_queue)
         conn = self._conn
-        if conn is None:
-            return True, True      # recv fails at once with ENOTCONN, send with EPIPE
+        if conn is None or self._early_shutdown & 1:
+            return True            # recv fails at once with ENOTCONN / reads EOF
         if conn.state in CONNECTING or conn.collector is not None:
-            # a collected socket's bytes belong to the object ring (recv gets EBUSY)
-            readable = False
-        else:
-            readable = conn.readable_bytes > 0 or eof_or_error(conn) or bool(self._early_shutdown & 1)
-        return readable, self._send_ready()
+            return False           # a collected socket's bytes belong to the object ring (EBUSY)
+        return conn.readable_bytes > 0 or eof_or_error(conn)
+
+    def poll_writable(self, *, waiting: bool = True) -> bool:
+        """send would not block (a failed or finished connect included); EBADF once closed.
+
+        ``waiting``: the caller will wait for writability, as a poller asking for POLLOUT;
+        short of space, Linux tcp_poll() then sets SOCK_NOSPACE so the ACKs that free it grow
+        the send buffer and wake the writer. A look without waiting leaves it alone.
+        """
+        self._check_open()
+        if self._listener is not None:
+            return False
+        return self._send_ready(mark_nospace=waiting)
+
+    def poll_readiness(self) -> tuple[bool, bool]:
+        """(readable, writable) for the readiness mirror: a look, not a wait."""
+        return self.poll_readable(), self.poll_writable(waiting=False)
 
     # -- bind / listen / accept --------------------------------------------------
 
@@ -350,7 +363,7 @@ class SocketCore:
             self._bound_port = 0
 
 
-    def _send_ready(self) -> bool:
+    def _send_ready(self, *, mark_nospace: bool = True) -> bool:
         conn = self._conn
         if conn is None or conn.error or conn.write_shutdown or self._early_shutdown & 2:
             return True
@@ -362,9 +375,9 @@ class SocketCore:
         # what is queued; short of it, SOCK_NOSPACE lets the ACKs autotune the buffer.
         if conn.writable:
             return True
-        conn.sock_nospace = True
+        if mark_nospace:
+            conn.sock_nospace = True
         return False
-
 
     # -- shutdown / close --------------------------------------------------------
 
