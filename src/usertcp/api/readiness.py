@@ -189,8 +189,8 @@ def select(rlist: Iterable[SocketCore], wlist: Iterable[SocketCore], xlist: Iter
         return any(s.poll_readable() for s in rs) or any(s.poll_writable() for s in ws)
 
     woke = drv.wait_until(ready, tmo)
-    for host in {id(s.host): s.host for s in socks}.values():
-        host.readiness.sync()              # the simulation ran: every mirrored fd catches up
+    if _SOCKETS_BY_FD:                     # the simulation ran: every mirrored fd catches up
+        sync_driver(drv)
     if not woke and tmo is None:
         raise os_error(errno.EDEADLK, "select() can never return: the driver has no event left")
     with drv.lock:

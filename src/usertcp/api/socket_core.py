@@ -87,6 +87,7 @@ class SocketCore:
         self._close_pending = False     # close() was called while files were open
         self._handles = [1]             # socket objects sharing this socket (dup()), shared list
         self._early_shutdown = 0        # RCV (1) / SEND (2) shutdown asked before a connection
+        self._mirrored = False          # fileno() handed out eventfds that follow its readiness
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -124,15 +125,22 @@ class SocketCore:
     def _run(self, attempt: Callable[[float], _T | Blocked], ready: Callable[[], bool], *,
              nonblocking: bool = False, eagain: int = errno.EAGAIN) -> _T:
         """The blocking loop (:func:`usertcp.api.blocking.run_blocking`) for this socket."""
-        def guarded(now: float) -> _T | Blocked:
+        timeout = 0.0 if nonblocking else self._timeout
+        if not self._mirrored:
+            def checked(now: float) -> _T | Blocked:
+                self._check_open()
+                return attempt(now)
+
+            return run_blocking(self._host.driver, checked, ready, timeout, eagain=eagain)
+
+        def mirrored(now: float) -> _T | Blocked:
             self._check_open()
             try:
                 return attempt(now)
             finally:
-                self._host.readiness.sync_socket(self)
+                self._host.readiness.sync_socket(self)   # its eventfds follow every call
 
-        return run_blocking(self._host.driver, guarded, ready, 0.0 if nonblocking else self._timeout,
-                            eagain=eagain)
+        return run_blocking(self._host.driver, mirrored, ready, timeout, eagain=eagain)
 
     def _kick(self) -> None:
         self._host.driver.kick()
@@ -166,11 +174,13 @@ class SocketCore:
         block: for ``selectors`` and event loops (:mod:`usertcp.api.readiness`); -1 once closed."""
         if self._closed:
             return -1
+        self._mirrored = True
         return self._host.readiness.fds(self)[0]
 
     def readiness_fds(self) -> tuple[int, int]:
         """(readable fd, writable fd): the second is *readable* when ``send`` would not block."""
         self._check_open()
+        self._mirrored = True
         return self._host.readiness.fds(self)
 
     def poll_readable(self) -> bool:
@@ -446,6 +456,7 @@ class SocketCore:
         twin.__dict__.update(self.__dict__)
         twin._io_refs = 0
         twin._close_pending = False
+        twin._mirrored = False           # its own descriptors, made when asked for
         self._handles[0] += 1
         return twin
 
