@@ -48,7 +48,7 @@ COMMANDS: dict[str, Command] = {
     # helper "stdlib": the netcat-like client
     "connect": Command("usertcp.apps.connect",
                        "netcat-like client: stdin to a TCP connection, the connection to stdout, "
-                       "half-close at EOF (in-memory peer running a built-in echo/smtp server)"),
+                       "half-close at EOF (in memory against a built-in echo/smtp host, or over TUN)"),
     "plot": Command("usertcp.obs.plot",
                     "draw a connection's time/sequence and cwnd graphs from a trace to PNG"),
 }

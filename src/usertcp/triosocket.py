@@ -104,9 +104,12 @@ class TrioSocket(trio.socket.SocketType):
         return TrioSocket(self._sock.dup())
 
     def close(self) -> None:
-        if self._sock.fileno() != -1:
-            trio.lowlevel.notify_closing(self._sock.fileno())
-        self._sock.close()
+        sock = self._sock
+        if sock.host.readiness.has(sock):
+            # Tasks waiting on its descriptors get ClosedResourceError, as trio's own sockets.
+            trio.lowlevel.notify_closing(sock.readiness_fds()[0])
+            trio.lowlevel.notify_closing(sock.readiness_fds()[1])
+        sock.close()
 
     def shutdown(self, flag: int) -> None:
         self._sock.shutdown(flag)
