@@ -599,3 +599,31 @@ def test_tcp_inq_cmsg_matches_the_kernel(vw: World) -> None:
     assert isinstance(drv, VirtualTimeDriver)
     ours = _inq_reads(c, lambda: drv.run_until(lambda: conn.fin_received, 5))
     assert ours == kernel
+
+
+def test_socketserver_handle_request_in_virtual_time(vw: World) -> None:
+    """One thread, virtual time: the client's blocking calls run the simulation, and the
+    listener's eventfd (polled by socketserver's own PollSelector) follows."""
+
+    class Echo(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            self.wfile.write(b"echo: " + self.rfile.readline())
+
+    server = UsertcpTCPServer(vw.b, (B, 7070), Echo)
+    server.timeout = 0.0
+    listening_fd = server.fileno()           # the eventfd socketserver's PollSelector polls
+    c = us.create_connection((B, 7070), host=vw.a)
+    c.sendall(b"hi\n")                       # queued before the server runs: no deadlock
+    std = selectors.DefaultSelector()
+    std.register(listening_fd, selectors.EVENT_READ)
+    assert std.select(0) == []               # the 3rd ACK has not reached the server yet
+    c.settimeout(0.1)
+    with pytest.raises(TimeoutError):        # a usertcp wait: runs the simulation 0.1 s ...
+        c.recv(1)
+    assert [k.fd for k, _ in std.select(0)] == [listening_fd]   # ... and syncs every eventfd
+    std.close()
+    server.handle_request()                  # selectors.PollSelector on the eventfd
+    c.setblocking(True)
+    assert c.makefile("rb").readline() == b"echo: hi\n"
+    server.server_close()
+    c.close()

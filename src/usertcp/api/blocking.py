@@ -15,6 +15,7 @@ from typing import Final, TypeVar
 
 from usertcp.api.constants import os_error
 from usertcp.api.host import SocketDriver
+from usertcp.api.readiness import mirrors_exist, sync_driver
 
 __all__ = ["BLOCK", "Blocked", "run_blocking"]
 
@@ -63,7 +64,10 @@ def run_blocking(driver: SocketDriver, attempt: Callable[[float], _T | Blocked],
             remaining = deadline - now
             if remaining <= 0:
                 raise TimeoutError("timed out")
-        if not driver.wait_until(ready, remaining):
+        woke = driver.wait_until(ready, remaining)
+        if mirrors_exist():
+            sync_driver(driver)      # the driver ran: every socket's eventfds catch up
+        if not woke:
             if remaining is None:
                 raise os_error(errno.EDEADLK, "blocking call can never complete: the driver has no "
                                               "event left (single-threaded virtual time? use "

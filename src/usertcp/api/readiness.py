@@ -6,14 +6,15 @@ A second eventfd mirrors writability (it is *readable* when ``send`` would not b
 event loops that wait for readability only (trio's ``wait_readable``). The descriptors exist
 only once asked for, and close with the socket.
 
-Who keeps them in step: every socket call re-syncs its own socket; a wait of
-:class:`usertcp.selectors.UsertcpSelector` or :func:`select` re-syncs those of the hosts it
-waited on; and for a threaded driver (real-time, TUN) a watcher thread re-syncs them after every
-batch of events, so ``selectors.DefaultSelector``, ``socketserver`` and trio can wait on them
-from any thread.
-With a virtual-time driver only usertcp's own waits move time: wait with
-:class:`~usertcp.selectors.UsertcpSelector` (a standard selector would sleep in real time while
-the simulation stands still).
+Who keeps them in step: every socket call re-syncs its own socket; every usertcp wait
+(a blocking call, :func:`select`, :class:`usertcp.selectors.UsertcpSelector`) re-syncs all
+those its driver runs, once it has run the driver; and for a threaded driver (real-time, TUN)
+a watcher thread re-syncs them after every batch of events, so ``selectors.DefaultSelector``,
+``socketserver`` and trio can wait on them from any thread. With a virtual-time driver only
+usertcp's own waits move time: a standard selector sees what the last usertcp wait left (and
+sleeps in real time while the simulation stands still), so wait with
+:class:`~usertcp.selectors.UsertcpSelector`, or run trio with
+:class:`usertcp.triosocket.VirtualClock`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from usertcp.net.driver import VirtualTimeDriver
 if TYPE_CHECKING:
     from usertcp.api.socket_core import SocketCore
 
-__all__ = ["ReadinessMirror", "select", "socket_for_fd", "sync_driver"]
+__all__ = ["ReadinessMirror", "mirrors_exist", "select", "socket_for_fd", "sync_driver"]
 
 # Every live mirrored descriptor -> its socket: how a selector finds the socket behind an fd.
 _SOCKETS_BY_FD: dict[int, SocketCore] = {}
@@ -42,6 +43,11 @@ _REGISTRY_LOCK = threading.Lock()
 def socket_for_fd(fd: int) -> SocketCore | None:
     """The usertcp socket whose ``fileno()`` is ``fd`` (None: not one of ours)."""
     return _SOCKETS_BY_FD.get(fd)
+
+
+def mirrors_exist() -> bool:
+    """Whether any socket has handed out descriptors (else there is nothing to sync)."""
+    return bool(_SOCKETS_BY_FD)
 
 
 def sync_driver(driver: SocketDriver) -> bool:
@@ -189,7 +195,7 @@ def select(rlist: Iterable[SocketCore], wlist: Iterable[SocketCore], xlist: Iter
         return any(s.poll_readable() for s in rs) or any(s.poll_writable() for s in ws)
 
     woke = drv.wait_until(ready, tmo)
-    if _SOCKETS_BY_FD:                     # the simulation ran: every mirrored fd catches up
+    if mirrors_exist():                    # the simulation ran: every mirrored fd catches up
         sync_driver(drv)
     if not woke and tmo is None:
         raise os_error(errno.EDEADLK, "select() can never return: the driver has no event left")
