@@ -189,6 +189,9 @@ def test_sendmsg_recvmsg_sendfile_dup(vw: World) -> None:
     nb.setblocking(False)
     with pytest.raises(ValueError):
         nb.sendfile(io.BytesIO(b"x"))
+    with pytest.raises(TypeError):                  # as CPython's _check_sendfile_params
+        c2 = us.create_connection((B, 7), host=vw.a)
+        c2.sendfile(io.BytesIO(b"x"), count=1.5)    # type: ignore[arg-type]
 
 
 def test_names_resolve_through_the_host_table(vw: World) -> None:
@@ -207,6 +210,8 @@ def test_names_resolve_through_the_host_table(vw: World) -> None:
             us.getaddrinfo("echo.test", "smtp")        # no service names
         with pytest.raises(pysocket.gaierror):
             us.getaddrinfo("echo.test", 7, us.AF_INET6)
+        with pytest.raises(OSError, match="Int or String expected"):   # as CPython
+            us.getaddrinfo("echo.test", 7.5)   # type: ignore[arg-type]
 
 
 class _InSimulationServer:

@@ -113,6 +113,8 @@ def getaddrinfo(host: str | bytes | None, port: str | int | None, family: int = 
         if not port.isdigit():
             raise gaierror(_pysocket.EAI_SERVICE, "Servname not supported for ai_socktype")
         port = int(port)
+    elif port is not None and (not isinstance(port, int) or isinstance(port, bool)):
+        raise OSError("Int or String expected")      # CPython's message for a bad port type
     port = port or 0
     if type not in (0, SOCK_STREAM) or proto not in (0, IPPROTO_TCP):
         raise gaierror(_pysocket.EAI_SOCKTYPE, "ai_socktype not supported (usertcp: TCP only)")

@@ -148,10 +148,11 @@ def sendfile(sock: Socket, file: BinaryIO, offset: int = 0, count: int | None = 
         raise ValueError("file should be opened in binary mode")
     if not sock.getblocking():
         raise ValueError("non-blocking sockets are not supported")
-    if not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be a non-negative integer, not {offset!r}")
-    if count is not None and (not isinstance(count, int) or count <= 0):
-        raise ValueError(f"count must be a positive integer, not {count!r}")
+    if count is not None:           # as CPython's _check_sendfile_params
+        if not isinstance(count, int):
+            raise TypeError(f"count must be a positive integer (got {count!r})")
+        if count <= 0:
+            raise ValueError(f"count must be a positive integer (got {count!r})")
     if offset:
         file.seek(offset)
     total = 0
