@@ -332,8 +332,15 @@ class UsertcpTCPServer(socketserver.TCPServer):
         self.server_activate()
 
 
+class UsertcpThreadingHTTPServer(socketserver.ThreadingMixIn, UsertcpTCPServer, http.server.HTTPServer):
+    """http.server's ThreadingHTTPServer (a thread per connection) on a usertcp socket."""
+
+    daemon_threads = True
+
+
 def test_http_client_against_socketserver_http(rw: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    server = UsertcpTCPServer(rw.b, (B, 8080), _Handler)
+    server = UsertcpThreadingHTTPServer(rw.b, (B, 8080), _Handler)
+    assert server.server_name == B                   # HTTPServer.server_bind ran on our socket
     # serve_forever waits with selectors.PollSelector on the eventfd: the real mirror at work.
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -346,6 +353,15 @@ def test_http_client_against_socketserver_http(rw: World, monkeypatch: pytest.Mo
                 resp = conn.getresponse()
                 assert resp.status == 200 and resp.read() == f"hello {path}".encode()
             conn.close()
+            # Two clients at once: one server thread each.
+            first, second = http.client.HTTPConnection(B, 8080, timeout=5), \
+                http.client.HTTPConnection(B, 8080, timeout=5)
+            first.request("GET", "/1")
+            second.request("GET", "/2")
+            assert second.getresponse().read() == b"hello /2"
+            assert first.getresponse().read() == b"hello /1"
+            first.close()
+            second.close()
     finally:
         server.shutdown()
         server.server_close()
