@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from netns_helpers import PEER, US, namespace_fixture
+from usertcp.api.constants import TCP_MD5SIG
 from usertcp.net import netns
 from usertcp.net.pcap import read_pcap
+from usertcp.tcp.md5sig import build_tcp_md5sig
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -67,13 +69,22 @@ def ns() -> Iterator[str]:
 
 
 @pytest.mark.netns
-def test_connect_over_tun_to_a_kernel_listener(ns: str) -> None:
+@pytest.mark.parametrize("md5", ["none", "same key", "other key"])
+def test_connect_over_tun_to_a_kernel_listener(ns: str, md5: str) -> None:
     # A kernel socket of the namespace (bound to any address: the TUN comes up with connect).
     server = netns.call_in_namespace(ns, socket.create_server, ("0.0.0.0", 7777))
+    extra: tuple[str, ...] = ()
+    if md5 != "none":
+        # The kernel checks our TCP-MD5 signatures (RFC 2385) and drops a SYN signed wrong.
+        server.setsockopt(socket.IPPROTO_TCP, TCP_MD5SIG, build_tcp_md5sig(US, b"k3y"))
+        extra = ("--md5-key", "k3y" if md5 == "same key" else "wrong", "--timeout", "3")
     received = bytearray()
 
     def serve() -> None:
-        conn, _ = server.accept()
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return                           # nobody came (the wrong-key case), or closed
         with conn:
             while data := conn.recv(65536):
                 received.extend(data)
@@ -81,12 +92,16 @@ def test_connect_over_tun_to_a_kernel_listener(ns: str) -> None:
             # EOF: our half-close arrived; answering then closing ends the client's output.
             conn.sendall(b"BYE\n")
 
+    server.settimeout(15)                    # the thread ends even if no connection comes
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
         data = b"hello kernel\n" * 2000
         p = connect("--tun", "ut0", "--peer-address", f"{PEER}/24", "--address", US, PEER, "7777",
-                    stdin=data, prefix=("ip", "netns", "exec", ns))
+                    *extra, stdin=data, prefix=("ip", "netns", "exec", ns))
+        if md5 == "other key":
+            assert p.returncode == 1 and b"timed out" in p.stderr and p.stdout == b""
+            return
         assert p.returncode == 0, p.stderr
         assert p.stdout == data.upper() + b"BYE\n"
         thread.join(10)
