@@ -45,6 +45,10 @@ COMMANDS: dict[str, Command] = {
                      "stack counters under Linux nstat names (demo run or --stats-file)"),
     "trace": Command("usertcp.obs.trace",
                      "run a lossy in-memory transfer and write its JSON-lines event trace (--pcap, --plot)"),
+    # helper "stdlib": the netcat-like client
+    "connect": Command("usertcp.apps.connect",
+                       "netcat-like client: stdin to a TCP connection, the connection to stdout, "
+                       "half-close at EOF (in memory against a built-in echo/smtp host, or over TUN)"),
     "plot": Command("usertcp.obs.plot",
                     "draw a connection's time/sequence and cwnd graphs from a trace to PNG"),
 }

@@ -15,16 +15,17 @@ disconnects, SO_LINGER {1, 0} resets on close.
 from __future__ import annotations
 
 import errno
+import struct
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from usertcp.api.sockopts import Effect, SocketOptions, take_error
 from usertcp.drill.ast import BinOr, Call, EllipsisExpr, Expr, Int, List, String, Struct, Symbol
 from usertcp.drill.defaults import SYMBOLS, UNSUPPORTED_SYMBOLS
 from usertcp.drill.profile import Unsupported
 from usertcp.tcp import fastopen
 from usertcp.tcp.connection import Connection, State
-from usertcp.tcp.md5sig import Md5Keys, parse_tcp_md5sig
 from usertcp.tcp.stack import Listener, Stack
 
 __all__ = [
@@ -41,9 +42,6 @@ __all__ = [
 SyscallGen = Generator[float | None, None, int]
 
 S = SYMBOLS
-SOCK_MIN_SNDBUF = 4608  # 2 * (2048 + sizeof(struct sk_buff)) on x86_64, as Linux clamps
-SOCK_MIN_RCVBUF = 2304
-TCP_MSS_DEFAULT = 536
 
 # (level, optname) pairs the shim implements for setsockopt / getsockopt.
 SUPPORTED_SOCKOPTS: frozenset[tuple[str, str]] = frozenset(
@@ -118,20 +116,11 @@ class Host(Protocol):
 class Sock:
     fd: int
     family: int
+    options: SocketOptions  # the socket options, with the socket API's semantics (one home)
     nonblocking: bool = False
     bound: tuple[str, int] | None = None
     listener: Listener | None = None
     conn: Connection | None = None
-    opts: dict[str, Any] = field(default_factory=dict)  # Connection attributes
-    sndbuf: int | None = None
-    rcvbuf: int | None = None
-    fastopen_qlen: int = 0
-    fastopen_connect: bool = False
-    fastopen_key: bytes | None = None
-    fastopen_no_cookie: bool = False
-    md5_keys: Md5Keys | None = None
-    error: int = 0  # a failed connect's error once its Connection is gone
-    reuseaddr: bool = False
     deferred_connect: bool = False  # TCP_FASTOPEN_CONNECT: connect() returned, SYN not sent
 
 
@@ -266,7 +255,8 @@ class Syscalls:
         kind = value(args[1])
         if kind & 0xF != S["SOCK_STREAM"]:
             raise Unsupported("only SOCK_STREAM sockets are emulated")
-        sock = Sock(self._new_fd(), family, nonblocking=bool(kind & S["SOCK_NONBLOCK"]))
+        sock = Sock(self._new_fd(), family, SocketOptions(self.stack.config),
+                    nonblocking=bool(kind & S["SOCK_NONBLOCK"]))
         self.fds[sock.fd] = sock
         self.last_sock = sock
         return sock.fd
@@ -282,7 +272,7 @@ class Syscalls:
                 other is not sock
                 and other.bound
                 and other.bound[1] == port
-                and not (other.reuseaddr and sock.reuseaddr and other.listener is None)
+                and not (_reuse(other) and _reuse(sock) and other.listener is None)
             ):
                 raise SysError(errno.EADDRINUSE)
         sock.bound = (ip, port)
@@ -310,14 +300,7 @@ class Syscalls:
         lst = sock.listener
         if lst is None:
             return
-        lst.options = dict(sock.opts)
-        if sock.md5_keys is not None:
-            lst.md5_keys = sock.md5_keys
-        if sock.fastopen_qlen:
-            lst.fastopen_qlen = sock.fastopen_qlen
-        if sock.fastopen_key is not None:
-            lst.set_fastopen_key(sock.fastopen_key)
-        lst.fastopen_no_cookie = sock.fastopen_no_cookie
+        sock.options.apply_to_listener(lst)
 
     def sys_accept(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
@@ -330,13 +313,9 @@ class Syscalls:
                 child = Sock(
                     self._new_fd(),
                     sock.family,
+                    sock.options.inherit(),    # Linux sk_clone_lock
                     bound=sock.bound,
-                    reuseaddr=sock.reuseaddr,   # Linux sk_clone_lock copies sk_reuse
                     conn=conn,
-                    opts=dict(sock.opts),
-                    sndbuf=sock.sndbuf,
-                    rcvbuf=sock.rcvbuf,
-                    md5_keys=sock.md5_keys,
                 )
                 self.fds[child.fd] = child
                 self.last_sock = child
@@ -365,7 +344,7 @@ class Syscalls:
         conn = sock.conn
         if conn is not None and not sock.deferred_connect:
             if conn.error:
-                raise SysError(_take_error(conn))
+                raise SysError(take_error(conn))
             if conn.state in (State.SYN_SENT, State.SYN_RECEIVED):
                 raise SysError(errno.EALREADY)
             if conn.state is State.CLOSED:
@@ -381,7 +360,7 @@ class Syscalls:
             sock.conn = conn
             self.last_sock = sock
         if (
-            sock.fastopen_connect
+            sock.options.tfo_connect
             and not sock.deferred_connect
             and fastopen.cookie_cached(self.stack, conn.remote_ip)
         ):
@@ -400,14 +379,11 @@ class Syscalls:
         while conn.state in (State.SYN_SENT, State.SYN_RECEIVED) and not conn.error:
             yield None
         if conn.error or conn.state is State.CLOSED:
-            raise SysError(_take_error(conn) or errno.ECONNREFUSED)
+            raise SysError(take_error(conn) or errno.ECONNREFUSED)
         return 0
 
     def _apply_conn(self, sock: Sock, conn: Connection) -> None:
-        for name, v in sock.opts.items():
-            setattr(conn, name, v)
-        if sock.md5_keys is not None:
-            conn.md5_keys = sock.md5_keys
+        sock.options.apply_to_connection(conn)
 
     def sys_close(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
@@ -470,12 +446,12 @@ class Syscalls:
         asleep = -1  # the socket's wake-up count when this writer went to sleep
         while True:
             if conn is None:
-                if sock.error:
-                    err, sock.error = sock.error, 0
+                if sock.options.error:
+                    err, sock.options.error = sock.options.error, 0
                     raise SysError(err)
                 raise SysError(errno.EPIPE)
             if conn.error:
-                raise SysError(_take_error(conn))
+                raise SysError(take_error(conn))
             if conn.write_shutdown or conn.state not in (
                 State.ESTABLISHED,
                 State.CLOSE_WAIT,
@@ -559,8 +535,8 @@ class Syscalls:
         while True:
             conn = sock.conn
             if conn is None or sock.deferred_connect:
-                if sock.error:
-                    err, sock.error = sock.error, 0
+                if sock.options.error:
+                    err, sock.options.error = sock.options.error, 0
                     raise SysError(err)
                 raise SysError(errno.ENOTCONN)
             if conn.collector is not None:
@@ -574,7 +550,7 @@ class Syscalls:
                 _check_contents(want, data)
                 return len(data)
             if conn.error:
-                raise SysError(_take_error(conn))
+                raise SysError(take_error(conn))
             if conn.fin_received or conn.read_shutdown or conn.state is State.CLOSED:
                 _check_contents(want, b"")
                 return 0
@@ -618,123 +594,28 @@ class Syscalls:
             raise Unsupported(f"setsockopt({level}, {name}) not emulated")
         arg = args[3]
         length = value(args[4]) if not _ellipsis(args[4]) else 4
-        now = self.host.now()
         conn = sock.conn
-
-        def set_attr(attr: str, v: Any, push: bool = False) -> None:
-            sock.opts[attr] = v
-            if conn is not None:
-                setattr(conn, attr, v)
-                if push and conn.is_synchronized:
-                    conn.output(now)
-                    self.host.flush()
-            if sock.listener is not None:
-                sock.listener.options[attr] = v
-
-        if name == "SO_REUSEADDR" or name == "SO_REUSEPORT":
-            sock.reuseaddr = bool(value(arg))
-        elif name == "IP_TOS":
-            # Linux ip_setsockopt: the ECN bits are kept by TCP, the rest goes in every packet.
-            set_attr("tos", value(arg) & 0xFC)
-        elif name == "IP_MTU_DISCOVER":
-            # The path-MTU discovery mode (0 DONT .. 5 OMIT, Linux checks the range): with DONT,
-            # INTERFACE or OMIT ICMP "fragmentation needed" no longer lowers the MSS.
-            if not 0 <= value(arg) <= 5:
-                raise SysError(errno.EINVAL)
-            set_attr("pmtudisc", value(arg))
-        elif name == "SO_KEEPALIVE":
-            set_attr("keepalive", bool(value(arg)))
-        elif name == "SO_SNDBUF":
-            # Linux sock_setsockopt: doubled (sk_sndbuf counts skb overhead too), locked
-            # against autotuning, then sk_write_space() may wake a writer.
-            sock.sndbuf = max(2 * value(arg), SOCK_MIN_SNDBUF)
-            set_attr("sndbuf_limit", sock.sndbuf)
-            set_attr("sndbuf_locked", True)
-            if conn is not None:
-                conn.write_space()
-        elif name == "SO_RCVBUF":
-            sock.rcvbuf = max(2 * value(arg), SOCK_MIN_RCVBUF)
-            set_attr("rcvbuf_limit", sock.rcvbuf)
-        elif name == "SO_LINGER":
-            if not isinstance(arg, Struct):
-                raise Unsupported("SO_LINGER needs {onoff=..., linger=...}")
-            onoff, linger = (
-                value(v) for v in (arg.get("onoff") or Int(0, "0"), arg.get("linger") or Int(0, "0"))
-            )
-            set_attr("linger_zero", bool(onoff) and linger == 0)
-        elif name == "TCP_NODELAY":
-            set_attr("nodelay", bool(value(arg)), push=bool(value(arg)))
-        elif name == "TCP_CORK":
-            set_attr("cork", bool(value(arg)), push=not value(arg))
-        elif name == "TCP_MAXSEG":
-            mss = value(arg)
-            if mss and not 88 <= mss <= 32767:
-                raise SysError(errno.EINVAL)
-            set_attr("user_mss", mss)
-        elif name == "TCP_USER_TIMEOUT":
-            ms = value(arg)
-            if ms < 0:
-                raise SysError(errno.EINVAL)
-            set_attr("user_timeout", ms / 1000.0)
-        elif name in ("TCP_KEEPIDLE", "TCP_KEEPINTVL"):
-            secs = value(arg)
-            if not 1 <= secs <= 32767:
-                raise SysError(errno.EINVAL)
-            set_attr("keepalive_time" if name == "TCP_KEEPIDLE" else "keepalive_intvl", float(secs))
-        elif name == "TCP_KEEPCNT":
-            set_attr("keepalive_probes", value(arg))
-        elif name == "TCP_FASTOPEN":
-            qlen = value(arg)
-            if qlen < 0:
-                raise SysError(errno.EINVAL)
-            sock.fastopen_qlen = qlen
-            if sock.listener is not None:
-                sock.listener.fastopen_qlen = qlen
-        elif name == "TCP_FASTOPEN_KEY":
-            key = arg.value if isinstance(arg, String) else b""
-            key = key[:length] + bytes(max(0, length - len(key)))
-            if length not in (16, 32):
-                raise SysError(errno.EINVAL)
-            sock.fastopen_key = key
-            if sock.listener is not None:
-                sock.listener.set_fastopen_key(key)
-        elif name == "TCP_FASTOPEN_CONNECT":
-            sock.fastopen_connect = bool(value(arg))
-        elif name == "TCP_FASTOPEN_NO_COOKIE":
-            sock.fastopen_no_cookie = bool(value(arg))
-            if sock.listener is not None:
-                sock.listener.fastopen_no_cookie = sock.fastopen_no_cookie
-        elif name in ("TCP_MD5SIG", "TCP_MD5SIG_EXT"):
-            self._set_md5(sock, arg, ext=name == "TCP_MD5SIG_EXT")
-        return 0
-        yield  # pragma: no cover
-
-    def _set_md5(self, sock: Sock, arg: Expr, *, ext: bool) -> None:
-        if _ellipsis(arg):
+        if name in ("TCP_MD5SIG", "TCP_MD5SIG_EXT") and _ellipsis(arg):
             # Our extension: the script's --md5_key for the remote address.
             if self.host.md5_key is None:
                 raise Unsupported("setsockopt(TCP_MD5SIG, ...) needs --md5_key")
-            addr, plen, key = self.host.remote_ip, None, self.host.md5_key
-        elif isinstance(arg, String):
-            try:
-                addr, plen, key = parse_tcp_md5sig(arg.value, ext=ext)
-            except OSError as exc:
-                raise SysError(exc.errno or errno.EINVAL) from exc
+            raw: Any = None
         else:
-            raise Unsupported("TCP_MD5SIG value must be ... or struct tcp_md5sig bytes")
-        if sock.md5_keys is None:
-            sock.md5_keys = Md5Keys()
+            raw = _option_value(name, arg, length)
         try:
-            if key:
-                sock.md5_keys.add(addr, key, plen)
+            if raw is None:
+                sock.options.set_md5_key(self.host.remote_ip, self.host.md5_key or b"", None,
+                                         conn=conn, listener=sock.listener)
+                effect = Effect.NONE
             else:
-                sock.md5_keys.delete(addr, plen)
+                effect = sock.options.set(S[level], S[name], raw, conn=conn, listener=sock.listener)
         except OSError as exc:
             raise SysError(exc.errno or errno.EINVAL) from exc
-        if sock.listener is not None:
-            sock.listener.md5_keys = sock.md5_keys
-        if sock.conn is not None:
-            sock.conn.md5_keys = sock.md5_keys
+        if effect is Effect.PUSH and conn is not None and conn.is_synchronized:
+            conn.output(self.host.now())   # Linux tcp_push_pending_frames
+            self.host.flush()
+        return 0
+        yield  # pragma: no cover
 
     def sys_getsockopt(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
@@ -743,63 +624,13 @@ class Syscalls:
             "TCP_FASTOPEN_KEY",
             "TCP_MD5SIG",
             "TCP_MD5SIG_EXT",
+            "SO_LINGER",
         ):
             raise Unsupported(f"getsockopt({level}, {name}) not emulated")
-        conn = sock.conn
-        cfg = self.stack.config
-        actual: int
-        if name == "SO_ERROR":
-            actual = 0
-            if sock.error:
-                actual, sock.error = sock.error, 0
-            elif conn is not None and conn.error:
-                actual = _take_error(conn)
-        elif name == "SO_SNDBUF":
-            # sk_sndbuf: what SO_SNDBUF set, else tcp_wmem[1] as autotuning grew it.
-            if conn is not None:
-                actual = conn.sndbuf_limit
-            else:
-                actual = sock.sndbuf if sock.sndbuf is not None else cfg.wmem[1]
-        elif name == "SO_RCVBUF":
-            actual = sock.rcvbuf if sock.rcvbuf is not None else cfg.rmem[1]
-        elif name == "SO_TYPE":
-            actual = S["SOCK_STREAM"]
-        elif name == "SO_ACCEPTCONN":
-            actual = int(sock.listener is not None)
-        elif name == "TCP_MAXSEG":
-            if conn is not None and conn.state not in (State.CLOSED, State.SYN_SENT):
-                actual = conn.mss  # tp->mss_cache: options excluded
-            else:
-                actual = sock.opts.get("user_mss") or TCP_MSS_DEFAULT
-        elif name == "TCP_USER_TIMEOUT":
-            actual = round(sock.opts.get("user_timeout", 0.0) * 1000)
-        elif name in ("TCP_FASTOPEN",):
-            actual = sock.fastopen_qlen
-        else:
-            attr = {"SO_REUSEADDR": "reuseaddr", "SO_REUSEPORT": "reuseaddr"}.get(name)
-            if attr is not None:
-                actual = int(sock.reuseaddr)
-            else:
-                attr = {
-                    "SO_KEEPALIVE": "keepalive",
-                    "TCP_NODELAY": "nodelay",
-                    "TCP_CORK": "cork",
-                    "TCP_KEEPIDLE": "keepalive_time",
-                    "TCP_KEEPINTVL": "keepalive_intvl",
-                    "TCP_KEEPCNT": "keepalive_probes",
-                    "SO_LINGER": "linger_zero",
-                    "TCP_FASTOPEN_CONNECT": "",
-                    "TCP_FASTOPEN_NO_COOKIE": "",
-                }[name]
-                if name == "TCP_FASTOPEN_CONNECT":
-                    actual = int(sock.fastopen_connect)
-                elif name == "TCP_FASTOPEN_NO_COOKIE":
-                    actual = int(sock.fastopen_no_cookie)
-                elif name == "SO_LINGER":
-                    raise Unsupported("getsockopt(SO_LINGER) not emulated")
-                else:
-                    default = getattr(conn, attr) if conn is not None else getattr(cfg, attr, 0)
-                    actual = int(sock.opts.get(attr, default))
+        try:
+            actual = sock.options.get(S[level], S[name], conn=sock.conn, listener=sock.listener)
+        except OSError as exc:
+            raise SysError(exc.errno or errno.EINVAL) from exc
         want = args[3]
         if not _ellipsis(want):
             expected = value(want)
@@ -907,9 +738,26 @@ class Syscalls:
             yield deadline
 
 
-def _take_error(conn: Connection) -> int:
-    err, conn.error = conn.error, 0
-    return err
+def _reuse(sock: Sock) -> bool:
+    """SO_REUSEADDR or SO_REUSEPORT: packetdrill's bind() treats both as a shared port."""
+    return sock.options.reuseaddr or sock.options.reuseport
+
+
+def _option_value(name: str, arg: Expr, length: int) -> Any:
+    """A setsockopt argument as the option module takes it: an int, or the struct's bytes."""
+    if name == "SO_LINGER":
+        if not isinstance(arg, Struct):
+            raise Unsupported("SO_LINGER needs {onoff=..., linger=...}")
+        fields = (arg.get("onoff") or Int(0, "0"), arg.get("linger") or Int(0, "0"))
+        return struct.pack("ii", *(value(v) for v in fields))
+    if name == "TCP_FASTOPEN_KEY":
+        key = arg.value if isinstance(arg, String) else b""
+        return key[:length] + bytes(max(0, length - len(key)))   # the optlen counts
+    if name in ("TCP_MD5SIG", "TCP_MD5SIG_EXT"):
+        if not isinstance(arg, String):
+            raise Unsupported("TCP_MD5SIG value must be ... or struct tcp_md5sig bytes")
+        return arg.value
+    return value(arg)
 
 
 def _names(level: Expr, name: Expr) -> tuple[str, str]:

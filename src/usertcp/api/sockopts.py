@@ -1,0 +1,473 @@
+"""Socket options with Linux semantics: the one home of what ``setsockopt``/``getsockopt`` mean.
+
+Both the Python socket API (:mod:`usertcp.api.sockets`) and the packetdrill system-call shim
+(:mod:`usertcp.drill.syscalls`) keep one :class:`SocketOptions` per socket and call
+:meth:`SocketOptions.set` / :meth:`SocketOptions.get` with Linux numbers; they differ only in
+how they read arguments and report results. Semantics reproduced (as Linux ``sock_setsockopt``,
+``do_tcp_setsockopt``, ``do_ip_setsockopt``):
+
+- ``SO_SNDBUF``/``SO_RCVBUF`` are doubled (``sk_sndbuf`` counts skb overhead too), clamped to
+  the minimum, and lock autotuning; ``getsockopt`` reports the doubled value.
+- Options set before ``listen()`` are inherited by accepted sockets (``sk_clone_lock``): the
+  connection attributes go to ``Listener.options``.
+- A pending socket error is reported once (``sock_error``): :func:`take_error`.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from enum import IntEnum
+from typing import Any, Final
+
+from usertcp.api.constants import (
+    IP_MTU,
+    IP_MTU_DISCOVER,
+    IP_RECVERR,
+    IP_TOS,
+    IPPROTO_IP,
+    IPPROTO_IPV6,
+    IPPROTO_TCP,
+    IPV6_MTU,
+    IPV6_MTU_DISCOVER,
+    IPV6_RECVERR,
+    SO_ACCEPTCONN,
+    SO_ERROR,
+    SO_KEEPALIVE,
+    SO_LINGER,
+    SO_RCVBUF,
+    SO_REUSEADDR,
+    SO_REUSEPORT,
+    SO_SNDBUF,
+    SO_TYPE,
+    SOCK_STREAM,
+    SOL_SOCKET,
+    TCP_CONGESTION,
+    TCP_CORK,
+    TCP_FASTOPEN,
+    TCP_FASTOPEN_CONNECT,
+    TCP_FASTOPEN_KEY,
+    TCP_FASTOPEN_NO_COOKIE,
+    TCP_INFO,
+    TCP_INQ,
+    TCP_KEEPCNT,
+    TCP_KEEPIDLE,
+    TCP_KEEPINTVL,
+    TCP_MAXSEG,
+    TCP_MD5SIG,
+    TCP_MD5SIG_EXT,
+    TCP_NODELAY,
+    TCP_USER_TIMEOUT,
+    os_error,
+)
+from usertcp.tcp.congestion import create_congestion_control
+from usertcp.tcp.connection import Connection, State
+from usertcp.tcp.md5sig import Md5Keys, parse_tcp_md5sig
+from usertcp.tcp.stack import Listener, StackConfig
+
+__all__ = ["Effect", "SocketOptions", "as_bytes_view", "int_value", "take_error", "tcp_info"]
+
+TCP_MIN_MSS: Final = 88          # Linux TCP_MIN_MSS: smallest TCP_MAXSEG accepted
+TCP_MAX_MSS: Final = 32767       # Linux MAX_TCP_WINDOW
+TCP_MSS_DEFAULT: Final = 536     # what Linux reports for TCP_MAXSEG before a connection exists
+SOCK_MIN_SNDBUF: Final = 4608    # Linux 2 * (2048 + sizeof(struct sk_buff)), as on x86-64
+SOCK_MIN_RCVBUF: Final = 2304
+MAX_TCP_KEEPIDLE: Final = 32767
+MAX_TCP_KEEPINTVL: Final = 32767
+MAX_TCP_KEEPCNT: Final = 127
+# Connection attributes behind the integer options: (level, optname) -> attribute name.
+_KEEPALIVE_ATTRS: Final = {TCP_KEEPIDLE: "keepalive_time", TCP_KEEPINTVL: "keepalive_intvl",
+                           TCP_KEEPCNT: "keepalive_probes"}
+
+
+class Effect(IntEnum):
+    """What a ``set`` did to a live connection, so the caller can let it act now."""
+
+    NONE = 0      # nothing on a connection changed
+    ATTR = 1      # a connection attribute changed (timers may need re-arming)
+    PUSH = 2      # queued data may go now: TCP_NODELAY on, TCP_CORK off (tcp_push_pending_frames)
+
+
+def take_error(conn: Connection) -> int:
+    """Read and clear the connection's pending error: Linux reports ``sk_err`` once."""
+    err = conn.error
+    conn.error = 0
+    return err
+
+
+def as_bytes_view(data: Any) -> memoryview:
+    """A flat byte view of a bytes-like object (``str`` refused, as CPython does)."""
+    if isinstance(data, str):
+        raise TypeError("a bytes-like object is required, not 'str'")
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
+
+
+def int_value(value: Any) -> int:
+    """An integer option value: an int, or at least 4 bytes of a C ``int``."""
+    if isinstance(value, int):
+        return int(value)
+    if value is None:
+        raise TypeError("option value must be an int or a bytes-like object")
+    raw = as_bytes_view(value)
+    if len(raw) < 4:
+        raise os_error(errno.EINVAL, "an integer option needs at least 4 bytes")
+    v: int = struct.unpack_from("i", raw)[0]
+    return v
+
+
+def tcp_info(conn: Connection | None, listener: Listener | None) -> dict[str, Any]:
+    """Linux ``struct tcp_info`` as a dict of tcpi_* fields (plus the controller's name).
+
+    For a listener, as Linux: tcpi_unacked = accept queue length, tcpi_sacked = backlog.
+    """
+    if conn is not None:
+        info: dict[str, Any] = dict(conn.info())
+        info["tcpi_ca_name"] = conn.cc.name
+        return info
+    if listener is not None and not listener.closed:
+        return {"tcpi_state": int(State.LISTEN), "tcpi_unacked": len(listener.accept_queue),
+                "tcpi_sacked": listener.backlog}
+    return {"tcpi_state": int(State.CLOSED)}
+
+
+class SocketOptions:
+    """One socket's option state, applied to its connection or listener as they come to exist."""
+
+    __slots__ = ("_cc_name", "config", "conn_attrs", "error", "linger", "md5_keys", "rcvbuf",
+                 "recv_inq", "reuseaddr", "reuseport", "sndbuf", "tfo_connect", "tfo_key", "tfo_no_cookie",
+                 "tfo_qlen")
+
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        # Connection attributes set by options: applied to the Connection when it exists, and
+        # put in listener.options for accepted children (Linux inherits them).
+        self.conn_attrs: dict[str, Any] = {}
+        self.sndbuf: int | None = None      # the doubled values getsockopt reports
+        self.rcvbuf: int | None = None
+        self.linger: tuple[int, int] = (0, 0)
+        self.reuseaddr = False
+        self.reuseport = False
+        self.tfo_qlen = 0                   # TCP_FASTOPEN, applied at listen()
+        self.tfo_key: bytes | None = None
+        self.tfo_no_cookie = False
+        self.tfo_connect = False            # TCP_FASTOPEN_CONNECT: the SYN waits for the first write
+        self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys (per peer)
+        self._cc_name: str | None = None
+        self.recv_inq = False               # TCP_INQ: recvmsg reports the bytes left to read
+        self.error = 0                      # a failed connect's error once its connection is gone
+
+    @property
+    def cc_name(self) -> str | None:
+        """The TCP_CONGESTION chosen on this socket (None: the stack's default)."""
+        return self._cc_name
+
+    def inherit(self) -> SocketOptions:
+        """The options of a socket accepted from this listener (Linux sk_clone_lock)."""
+        child = SocketOptions(self.config)
+        child.conn_attrs = dict(self.conn_attrs)
+        child.sndbuf, child.rcvbuf, child.linger = self.sndbuf, self.rcvbuf, self.linger
+        child.reuseaddr, child.reuseport = self.reuseaddr, self.reuseport   # sk_reuse is copied
+        child.md5_keys = self.md5_keys
+        child._cc_name = self._cc_name
+        child.recv_inq = self.recv_inq      # tcp_sock is copied whole (tp->recvmsg_inq)
+        return child
+
+    def apply_to_listener(self, lst: Listener) -> None:
+        lst.options.update(self.conn_attrs)
+        if self.md5_keys is not None:
+            lst.md5_keys = self.md5_keys
+        if self.tfo_key is not None:
+            lst.set_fastopen_key(self.tfo_key)
+        lst.fastopen_no_cookie = self.tfo_no_cookie
+        if self.tfo_qlen:
+            lst.fastopen_qlen = self.tfo_qlen
+
+    def apply_to_connection(self, conn: Connection) -> None:
+        for name, value in self.conn_attrs.items():
+            setattr(conn, name, value)
+        conn.md5_keys = self.md5_keys
+        if self._cc_name is not None:
+            conn.cc = create_congestion_control(self._cc_name, conn.mss)
+
+    def adopt_child(self, conn: Connection) -> None:
+        """An accepted child: TCP_CONGESTION of the listener applies before it sends data.
+
+        listener.options can only copy attributes, and a controller object must not be shared.
+        """
+        if self._cc_name is not None and conn.cc.name != self._cc_name \
+                and conn.snd_nxt <= conn.snd_una + 1:
+            conn.cc = create_congestion_control(self._cc_name, conn.mss)
+
+    # ------------------------------------------------------------------------- set
+
+    def set(self, level: int, optname: int, value: Any, *, conn: Connection | None,
+            listener: Listener | None) -> Effect:
+        """``setsockopt``; raises OSError with Linux's errno on a bad value or option."""
+        if level == SOL_SOCKET:
+            return self._set_sol(optname, value, conn, listener)
+        if level == IPPROTO_TCP:
+            return self._set_tcp(optname, value, conn, listener)
+        if level in (IPPROTO_IP, IPPROTO_IPV6):
+            return self._set_ip(level, optname, value, conn, listener)
+        raise os_error(errno.ENOPROTOOPT, f"option level {level} not supported")
+
+    def _attr(self, name: str, value: Any, conn: Connection | None, listener: Listener | None) -> Effect:
+        self.conn_attrs[name] = value
+        if listener is not None:
+            listener.options[name] = value
+        if conn is None:
+            return Effect.NONE
+        setattr(conn, name, value)
+        return Effect.ATTR
+
+    def _set_ip(self, level: int, optname: int, value: Any, conn: Connection | None,
+                listener: Listener | None) -> Effect:
+        v6 = level == IPPROTO_IPV6
+        if optname == (IPV6_MTU_DISCOVER if v6 else IP_MTU_DISCOVER):
+            mode = int_value(value)
+            if not 0 <= mode <= 5:          # Linux: IP_PMTUDISC_DONT .. IP_PMTUDISC_OMIT
+                raise os_error(errno.EINVAL, f"path-MTU discovery mode {mode} out of range")
+            return self._attr("pmtudisc", mode, conn, listener)
+        if optname == (IPV6_RECVERR if v6 else IP_RECVERR):
+            return self._attr("recverr", bool(int_value(value)), conn, listener)
+        if not v6 and optname == IP_TOS:
+            # Linux ip_setsockopt: the ECN bits are kept by TCP, the rest goes in every packet.
+            return self._attr("tos", int_value(value) & 0xFC, conn, listener)
+        raise os_error(errno.ENOPROTOOPT, f"IP option {optname} not supported")
+
+    def _set_sol(self, optname: int, value: Any, conn: Connection | None,
+                 listener: Listener | None) -> Effect:
+        if optname == SO_REUSEADDR:
+            self.reuseaddr = bool(int_value(value))
+            return Effect.NONE
+        if optname == SO_REUSEPORT:
+            self.reuseport = bool(int_value(value))
+            return Effect.NONE
+        if optname == SO_KEEPALIVE:
+            return self._attr("keepalive", bool(int_value(value)), conn, listener)
+        if optname == SO_SNDBUF:
+            # Doubled and locked against autotuning (SOCK_SNDBUF_LOCK); sk_write_space()
+            # may then wake a writer.
+            self.sndbuf = max(2 * min(int_value(value), self.config.wmem[2]), SOCK_MIN_SNDBUF)
+            self._attr("sndbuf_limit", self.sndbuf, conn, listener)
+            effect = self._attr("sndbuf_locked", True, conn, listener)
+            if conn is not None:
+                conn.write_space()
+            return effect
+        if optname == SO_RCVBUF:
+            self.rcvbuf = max(2 * min(int_value(value), self.config.rmem[2]), SOCK_MIN_RCVBUF)
+            return self._attr("rcvbuf_limit", self.rcvbuf, conn, listener)
+        if optname == SO_LINGER:
+            onoff, secs = _linger_value(value)
+            self.linger = (1 if onoff else 0, max(secs, 0))
+            return self._attr("linger_zero", bool(onoff) and secs == 0, conn, listener)
+        if optname in (SO_ERROR, SO_TYPE, SO_ACCEPTCONN):
+            raise os_error(errno.ENOPROTOOPT, "read-only socket option")
+        raise os_error(errno.ENOPROTOOPT, f"SOL_SOCKET option {optname} not supported")
+
+    def _set_tcp(self, optname: int, value: Any, conn: Connection | None,
+                 listener: Listener | None) -> Effect:
+        if optname == TCP_CONGESTION:
+            self._set_congestion(value, conn)
+            return Effect.NONE
+        if optname == TCP_INFO:
+            raise os_error(errno.ENOPROTOOPT, "TCP_INFO is read-only")
+        if optname in (TCP_MD5SIG, TCP_MD5SIG_EXT):
+            raw = bytes(as_bytes_view(value))
+            addr, prefixlen, key = parse_tcp_md5sig(raw, ext=optname == TCP_MD5SIG_EXT)
+            self.set_md5_key(addr, key, prefixlen, conn=conn, listener=listener)
+            return Effect.NONE
+        if optname == TCP_FASTOPEN_KEY:
+            key = bytes(as_bytes_view(value))
+            if len(key) not in (16, 32):
+                raise os_error(errno.EINVAL, "TCP_FASTOPEN_KEY takes 16 bytes (or 32: primary+backup)")
+            self.tfo_key = key
+            if listener is not None:
+                listener.set_fastopen_key(key)
+            return Effect.NONE
+        v = int_value(value)
+        if optname == TCP_INQ:
+            if not 0 <= v <= 1:
+                raise os_error(errno.EINVAL, "TCP_INQ takes 0 or 1")
+            self.recv_inq = bool(v)
+            return Effect.NONE
+        if optname == TCP_NODELAY:
+            effect = self._attr("nodelay", bool(v), conn, listener)
+            return Effect.PUSH if v and effect else effect
+        if optname == TCP_CORK:
+            effect = self._attr("cork", bool(v), conn, listener)
+            return Effect.PUSH if not v and effect else effect
+        if optname == TCP_MAXSEG:
+            if v and not TCP_MIN_MSS <= v <= TCP_MAX_MSS:
+                raise os_error(errno.EINVAL, f"TCP_MAXSEG must be {TCP_MIN_MSS}-{TCP_MAX_MSS} or 0")
+            return self._attr("user_mss", v, conn, listener)
+        if optname in _KEEPALIVE_ATTRS:
+            top = {TCP_KEEPIDLE: MAX_TCP_KEEPIDLE, TCP_KEEPINTVL: MAX_TCP_KEEPINTVL,
+                   TCP_KEEPCNT: MAX_TCP_KEEPCNT}[optname]
+            if not 1 <= v <= top:
+                raise os_error(errno.EINVAL, f"value must be 1-{top}")
+            return self._attr(_KEEPALIVE_ATTRS[optname], v if optname == TCP_KEEPCNT else float(v),
+                              conn, listener)
+        if optname == TCP_USER_TIMEOUT:
+            if v < 0:
+                raise os_error(errno.EINVAL, "TCP_USER_TIMEOUT must be >= 0 (milliseconds)")
+            return self._attr("user_timeout", v / 1000.0, conn, listener)
+        return self._set_fastopen(optname, v, conn, listener)
+
+    def _set_fastopen(self, optname: int, v: int, conn: Connection | None,
+                      listener: Listener | None) -> Effect:
+        if optname == TCP_FASTOPEN:
+            if v < 0:
+                raise os_error(errno.EINVAL, "TCP_FASTOPEN queue length must be >= 0")
+            self.tfo_qlen = v
+            if listener is not None:
+                listener.fastopen_qlen = v
+        elif optname == TCP_FASTOPEN_CONNECT:
+            if conn is not None and conn.state is not State.CLOSED:
+                raise os_error(errno.EISCONN)
+            self.tfo_connect = bool(v)
+        elif optname == TCP_FASTOPEN_NO_COOKIE:
+            self.tfo_no_cookie = bool(v)
+            if listener is not None:
+                listener.fastopen_no_cookie = bool(v)
+        else:
+            raise os_error(errno.ENOPROTOOPT, f"IPPROTO_TCP option {optname} not supported")
+        return Effect.NONE
+
+    def set_md5_key(self, addr: str | bytes, key: bytes, prefixlen: int | None, *,
+                    conn: Connection | None, listener: Listener | None) -> None:
+        """TCP_MD5SIG: sign everything to/from ``addr`` with ``key``; an empty key deletes."""
+        if self.md5_keys is None:
+            self.md5_keys = Md5Keys()
+        if key:
+            self.md5_keys.add(addr, key, prefixlen)
+        elif not self.md5_keys.delete(addr, prefixlen):
+            raise os_error(errno.ENOENT, "no TCP_MD5SIG key for that peer")
+        if listener is not None:
+            listener.md5_keys = self.md5_keys
+        if conn is not None and conn.state is not State.CLOSED:
+            conn.md5_keys = self.md5_keys
+
+    def _set_congestion(self, value: Any, conn: Connection | None) -> None:
+        if isinstance(value, str):
+            name = value
+        else:
+            name = bytes(as_bytes_view(value)).split(b"\0", 1)[0].decode("ascii", "replace")
+        try:
+            cc = create_congestion_control(name, conn.mss if conn is not None else TCP_MSS_DEFAULT)
+        except ValueError as e:
+            raise os_error(errno.ENOENT, str(e)) from None
+        if conn is not None:
+            if conn.snd_nxt > conn.snd_una + (0 if conn.is_synchronized else 1):
+                # The core's controllers are only valid when chosen before data flows.
+                raise os_error(errno.EBUSY, "TCP_CONGESTION can't change while data is in flight")
+            conn.cc = cc
+        self._cc_name = cc.name
+
+    # ------------------------------------------------------------------------- get
+
+    def get(self, level: int, optname: int, *, conn: Connection | None,
+            listener: Listener | None) -> int:
+        """``getsockopt`` of an integer option (SO_LINGER, TCP_CONGESTION, TCP_INFO: see
+        :attr:`linger`, :meth:`congestion_name`, :func:`tcp_info`)."""
+        if level == SOL_SOCKET:
+            return self._get_sol(optname, conn, listener)
+        if level == IPPROTO_TCP:
+            return self._get_tcp(optname, conn, listener)
+        if level in (IPPROTO_IP, IPPROTO_IPV6):
+            return self._get_ip(level, optname, conn)
+        raise os_error(errno.ENOPROTOOPT, f"option level {level} not supported")
+
+    def _opt(self, name: str, conn: Connection | None, default: Any) -> Any:
+        if conn is not None:
+            return getattr(conn, name)
+        return self.conn_attrs.get(name, default)
+
+    def _get_ip(self, level: int, optname: int, conn: Connection | None) -> int:
+        v6 = level == IPPROTO_IPV6
+        if optname == (IPV6_MTU if v6 else IP_MTU):
+            # Linux: the path MTU of a connected socket, ENOTCONN otherwise.
+            if conn is None or not conn.is_synchronized:
+                raise os_error(errno.ENOTCONN, "IP_MTU needs a connected socket")
+            return conn.pmtu or conn.config.mtu
+        if optname == (IPV6_MTU_DISCOVER if v6 else IP_MTU_DISCOVER):
+            return int(self._opt("pmtudisc", conn, 1))
+        if optname == (IPV6_RECVERR if v6 else IP_RECVERR):
+            return int(bool(self._opt("recverr", conn, False)))
+        if not v6 and optname == IP_TOS:
+            return int(self._opt("tos", conn, 0))
+        raise os_error(errno.ENOPROTOOPT, f"IP option {optname} not supported")
+
+    def _get_sol(self, optname: int, conn: Connection | None, listener: Listener | None) -> int:
+        cfg = self.config
+        if optname == SO_ERROR:
+            if self.error:
+                err, self.error = self.error, 0
+                return err
+            return take_error(conn) if conn is not None else 0
+        if optname == SO_REUSEADDR:
+            return int(self.reuseaddr)
+        if optname == SO_REUSEPORT:
+            return int(self.reuseport)
+        if optname == SO_KEEPALIVE:
+            return int(bool(self._opt("keepalive", conn, False)))
+        if optname == SO_SNDBUF:
+            # sk_sndbuf: what SO_SNDBUF set, else tcp_wmem[1] as autotuning grew it.
+            if conn is not None:
+                return int(conn.sndbuf_limit)
+            return self.sndbuf if self.sndbuf is not None else cfg.wmem[1]
+        if optname == SO_RCVBUF:
+            return self.rcvbuf if self.rcvbuf is not None else cfg.rmem[1]
+        if optname == SO_TYPE:
+            return int(SOCK_STREAM)
+        if optname == SO_ACCEPTCONN:
+            return int(listener is not None and not listener.closed)
+        if optname == SO_LINGER:
+            return self.linger[0]
+        raise os_error(errno.ENOPROTOOPT, f"SOL_SOCKET option {optname} not supported")
+
+    def _get_tcp(self, optname: int, conn: Connection | None, listener: Listener | None) -> int:
+        cfg = self.config
+        if optname == TCP_NODELAY:
+            return int(bool(self._opt("nodelay", conn, False)))
+        if optname == TCP_CORK:
+            return int(bool(self._opt("cork", conn, False)))
+        if optname == TCP_MAXSEG:
+            if conn is not None and conn.state not in (State.CLOSED, State.SYN_SENT):
+                return int(conn.mss)       # tp->mss_cache: options excluded
+            return int(self.conn_attrs.get("user_mss", 0)) or TCP_MSS_DEFAULT
+        if optname in _KEEPALIVE_ATTRS:
+            attr = _KEEPALIVE_ATTRS[optname]
+            return int(self._opt(attr, conn, getattr(cfg, attr)))
+        if optname == TCP_USER_TIMEOUT:
+            return round(float(self._opt("user_timeout", conn, 0.0)) * 1000)
+        if optname == TCP_FASTOPEN:
+            return listener.fastopen_qlen if listener is not None else self.tfo_qlen
+        if optname == TCP_FASTOPEN_CONNECT:
+            return int(self.tfo_connect)
+        if optname == TCP_INQ:
+            return int(self.recv_inq)
+        if optname == TCP_FASTOPEN_NO_COOKIE:
+            return int(self.tfo_no_cookie)
+        raise os_error(errno.ENOPROTOOPT, f"IPPROTO_TCP option {optname} not supported")
+
+    def congestion_name(self, conn: Connection | None) -> str:
+        """TCP_CONGESTION: the controller of the connection, else the one chosen, else the default."""
+        if conn is not None:
+            return str(conn.cc.name)
+        return self._cc_name or self.config.congestion_control
+
+
+def _linger_value(value: Any) -> tuple[int, int]:
+    """``struct linger`` bytes (or an ``(onoff, seconds)`` tuple) -> (onoff, seconds)."""
+    if isinstance(value, tuple):
+        onoff, secs = value
+        return int(onoff), int(secs)
+    raw = as_bytes_view(value)
+    if len(raw) < 8:
+        raise os_error(errno.EINVAL, "SO_LINGER needs struct linger: struct.pack('ii', on, secs)")
+    onoff, secs = struct.unpack_from("ii", raw)
+    return int(onoff), int(secs)
