@@ -1,24 +1,35 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-VENV    := .venv
+# The interpreter comes from the environment: `PYTHON=python3.12 VENV=.venv-3.12 make test`.
+PYTHON  ?= python3
+VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
-PYTHON  ?= python3
+# Exact versions of everything the tests install; pyproject.toml only declares ranges.
+CONSTRAINTS := constraints.txt
 
-.PHONY: demo test lint system-deps clean
+.PHONY: demo test lint system-deps constraints clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
-# Tools the tests use from the system (tshark checks our pcaps, iproute2/tc for the TUN tests).
+# Rewrite constraints.txt from the current test environment (after changing a range or a version).
+constraints: $(STAMP)
+	{ echo "# Exact versions of the test environment (make test installs with pip -c constraints.txt)."; \
+	  echo "# Runtime ranges are in pyproject.toml; regenerate with: make constraints"; \
+	  $(PY) -m pip freeze --exclude-editable --all | grep -v '^pip=\|^setuptools=\|^wheel='; } > $(CONSTRAINTS)
+
+# Tools the tests use from the system (tshark checks our pcaps, iproute2/tc for the TUN tests,
+# memcached is the reference the cache app is compared with byte for byte).
 system-deps:
-	@if ! command -v tshark >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1 || ! command -v tcpdump >/dev/null 2>&1; then \
+	@if ! command -v tshark >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1 || ! command -v tcpdump >/dev/null 2>&1 \
+	      || ! command -v memcached >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing tshark, tcpdump, iproute2"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark tcpdump iproute2) >/dev/null; \
-	  else echo "warning: tshark/tcpdump/iproute2 missing and not root; tests that need them will be skipped"; fi; \
+	    echo "installing tshark, tcpdump, iproute2, memcached"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark tcpdump iproute2 memcached) >/dev/null; \
+	  else echo "warning: tshark/tcpdump/iproute2/memcached missing and not root; tests that need them will be skipped"; fi; \
 	fi
 
 demo: $(STAMP)
@@ -32,4 +43,4 @@ test: $(STAMP) system-deps lint
 	$(VENV)/bin/pytest -n 2 -q
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -48,6 +48,7 @@ from typing import Any
 
 from usertcp.apps.basic import APPS as BASIC_APPS
 from usertcp.apps.basic import BasicServer, ConnReport
+from usertcp.cli import parse_size
 from usertcp.net.endpoint import Endpoint
 from usertcp.net.impair import ImpairConfig, ImpairedEndpoint, parse_impair
 from usertcp.net.pcap import PcapWriter
@@ -106,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--app", required=True, choices=APPS, help="what to serve")
     parser.add_argument("--port", type=int, help="listening port (default per app: echo 7, discard 9, "
                         "source 19, smtp 25, cache 11211)")
-    parser.add_argument("--bytes", type=int, default=1 << 20, metavar="N",
+    parser.add_argument("--bytes", type=parse_size, default=1 << 20, metavar="N",
                         help="source: bytes sent on each connection (default 1 MiB)")
     parser.add_argument("--preload", metavar="TEXT", help="listener preload (MSG_PRELOAD); \\r\\n escapes")
     parser.add_argument("--fastopen", action="store_true", help="TCP Fast Open server (cookies)")
@@ -118,8 +119,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
                         help="virtio-net offloads (checksum, TSO/GSO); default: use them if available")
     parser.add_argument("--mtu", type=int, default=1500)
-    parser.add_argument("--rcvbuf", type=int, default=4 << 20, help="per-connection receive buffer")
-    parser.add_argument("--sndbuf", type=int, default=4 << 20, help="per-connection send buffer")
+    parser.add_argument("--rcvbuf", type=parse_size, default=4 << 20, help="per-connection receive buffer")
+    parser.add_argument("--sndbuf", type=parse_size, default=4 << 20, help="per-connection send buffer")
     parser.add_argument("--impair", metavar="SPEC",
                         help="loss/reorder on usertcp's side of the link: loss=P,reorder=P,delay=S,seed=N,"
                              "dir=both|in|out (see usertcp.net.impair)")
@@ -199,7 +200,9 @@ class QueueServer:
             endpoint = self.impaired
         self.pcap: PcapWriter | None = None
         if opts.pcap:
-            self.pcap = PcapWriter(opts.pcap if index == 0 else f"{opts.pcap}.q{index}")
+            # With offloads both directions carry partial checksums: finish them for the reader.
+            self.pcap = PcapWriter(opts.pcap if index == 0 else f"{opts.pcap}.q{index}",
+                                   complete_checksums=device.offload)
         self.driver = TunDriver(endpoint, device, pcap=self.pcap)
         self.listener: Listener | None = None
         self.basic: BasicServer | None = None
