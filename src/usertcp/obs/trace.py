@@ -301,6 +301,11 @@ def cli(args: argparse.Namespace) -> int:
     from usertcp.net.pcap import PcapWriter
     from usertcp.obs.scenario import run_transfer
 
+    if args.plot:       # before the run: a missing matplotlib is one line, not a late traceback
+        from usertcp.extras import require
+
+        require("matplotlib", "usertcp trace --plot")
+
     tracer = JsonLinesTracer(args.output)
     pcap = PcapWriter(args.pcap) if args.pcap else None
 
@@ -319,7 +324,10 @@ def cli(args: argparse.Namespace) -> int:
         if pcap is not None:
             pcap.close()
     summary: dict[str, Any] = {"trace": args.output, "events": tracer.count, "ok": tr.done,
-                               "bytes": tr.received, "duration_s": round(tr.driver.now(), 6),
+                               "bytes": tr.received,
+                               # The transfer and its FIN exchange, not the 60 s TIME_WAIT after it
+                               # (the plot's time axis ends there too).
+                               "duration_s": round(tr.finished_at, 6),
                                "retransmissions": tr.client.counters["TcpRetransSegs"],
                                "pcap": args.pcap, "plot": args.plot}
     if args.plot:
