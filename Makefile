@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 constraints: $(STAMP)
 	{ echo "# Exact versions of the test environment (make test installs with pip -c constraints.txt)."; \
 	  echo "# Runtime ranges are in pyproject.toml; regenerate with: make constraints"; \
-	  $(PY) -m pip freeze --exclude-editable --all | grep -v '^pip=\|^setuptools=\|^wheel='; } > $(CONSTRAINTS)
+	  $(PY) -m pip freeze --exclude-editable --all | grep -v '^pip=='; } > $(CONSTRAINTS)
 
 # Tools the tests use from the system (tshark checks our pcaps, iproute2/tc for the TUN tests,
 # memcached is the reference the cache app is compared with byte for byte).
