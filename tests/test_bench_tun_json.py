@@ -30,7 +30,8 @@ def test_bench_tun_json_says_megabytes_per_second() -> None:
     require_netns()
     # The smallest run: 1 MB each way, no profile, no multi-queue (it makes its own namespaces).
     proc = subprocess.run([sys.executable, "-m", "usertcp", "bench", "tun", "--json", "-o", "size=1000000",
-                           "-o", "profile_size=0", "-o", "queues=1"], capture_output=True, text=True, timeout=170)
+                           "-o", "profile_size=0", "-o", "queues=1"],
+                          capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     runs = ["kernel_veth"] + [f"usertcp_{d}_{m}" for d in ("rx", "tx") for m in ("offload", "plain")]
