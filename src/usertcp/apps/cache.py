@@ -3,8 +3,8 @@
 Commands: ``set <key> <flags> <exptime> <bytes> [noreply]``, ``get <key>*``,
 ``delete <key> [noreply]``, ``version``, ``stats``, ``quit``, answered byte for byte as
 memcached 1.6 answers them (tests/test_cache_memcached.py compares the two): lines may
-end in ``\n`` alone, keys are at most 250 bytes (``CLIENT_ERROR bad command line
-format``), a data block not followed by ``\r\n`` is ``CLIENT_ERROR bad data chunk`` and
+end in ``\\n`` alone, keys are at most 250 bytes (``CLIENT_ERROR bad command line
+format``), a data block not followed by ``\\r\\n`` is ``CLIENT_ERROR bad data chunk`` and
 parsing goes on right after the ``<bytes>`` + 2 bytes, and ``quit`` (like any close)
 reads what has arrived before closing, so the peer sees a FIN, never a reset.
 ``version`` names usertcp's version and ``stats`` reports memcached's names for the
