@@ -124,3 +124,9 @@ def test_installed_wheel_runs_the_demo_with_no_dependencies(tmp_path: Path) -> N
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert plot.returncode == 2 and plot.stderr.count("\n") == 1 and "usertcp[plot]" in plot.stderr, \
         plot.stderr
+    # Checked before any TUN device is made, so this creates nothing.
+    serve = subprocess.run([str(venv / "bin" / "usertcp"), "serve", "--tun", "utcp-none", "--address",
+                            "10.77.0.2", "--peer-address", "10.77.0.1/24", "--app", "echo"],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert serve.returncode == 2 and serve.stderr.count("\n") == 1 and "usertcp[tun]" in serve.stderr, \
+        serve.stderr

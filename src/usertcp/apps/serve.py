@@ -61,6 +61,7 @@ from usertcp.apps.basic import APPS as BASIC_APPS
 from usertcp.apps.basic import BasicServer, ConnReport
 from usertcp.apps.smtp import greeting_line
 from usertcp.cli import parse_size
+from usertcp.extras import require
 from usertcp.net.endpoint import Endpoint
 from usertcp.net.impair import ImpairConfig, ImpairedEndpoint, parse_impair
 from usertcp.net.pcap import PcapWriter
@@ -193,6 +194,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
 
 
 def cli(args: argparse.Namespace) -> int:
+    # Before any device exists: without the [tun] extra, one line naming it (usertcp.cli prints it).
+    require("pyroute2", "usertcp serve")
     try:
         opts = options_from_args(args)
     except ValueError as e:
