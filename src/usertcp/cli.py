@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         err = missing_extra(e, f"usertcp {args.command}")
         if err is None:
             raise
-        print(f"usertcp: {err}", file=sys.stderr)
+        print(err, file=sys.stderr)      # "usertcp CMD needs X ...: pip install 'usertcp[EXTRA]'"
         return 2
     return status
 
