@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 
-from usertcp.net.driver import VirtualTimeDriver
-from usertcp.net.memnet import Link, LinkConfig, Network
-from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
-from usertcp.tcp.stack import Listener, Stack
+from usertcp.testing import A_ADDR, B_ADDR, Pair, pair
 from usertcp.wire.segment import Buffer, TxPacket
 
-A_ADDR = "10.0.0.1"
-B_ADDR = "10.0.0.2"
+__all__ = ["A_ADDR", "B_ADDR", "Pair", "RecordingEndpoint", "Transfers", "make_pair", "sha", "transfer"]
 
 
 class RecordingEndpoint:
@@ -37,43 +32,8 @@ class RecordingEndpoint:
         pass
 
 
-@dataclass
-class Pair:
-    net: Network
-    a: Stack
-    b: Stack
-    link: Link
-    driver: VirtualTimeDriver
-    listener: Listener | None = None
-    extra: dict[str, object] = field(default_factory=dict)
-    addresses: tuple[str, str] = (A_ADDR, B_ADDR)
-
-    @property
-    def now(self) -> float:
-        return self.driver.now()
-
-    def open(self, port: int = 80) -> tuple[Connection, Connection]:
-        """Client on a, server on b; returns (client, accepted server connection)."""
-        self.listener = lst = self.b.listen(port)
-        client = self.a.create_connection(self.addresses[1], port)
-        self.a.connect(client, self.now)
-        self.driver.kick()
-        assert self.driver.run_until(lambda: bool(lst.accept_queue), 30), "handshake did not complete"
-        server = lst.accept()
-        assert server is not None
-        return client, server
-
-
-def make_pair(config: LinkConfig | None = None, *, seed: int = 1, cfg_a: StackConfig | None = None,
-              cfg_b: StackConfig | None = None, addresses: tuple[str, str] = (A_ADDR, B_ADDR),
-              reverse: LinkConfig | None = None) -> Pair:
-    net = Network(seed=seed)
-    a = Stack([addresses[0]], cfg_a, name="a")
-    b = Stack([addresses[1]], cfg_b, name="b")
-    ha = net.add_host(a, [addresses[0]])
-    hb = net.add_host(b, [addresses[1]])
-    link = net.connect(ha, hb, config or LinkConfig(delay=0.005), reverse)
-    return Pair(net, a, b, link, VirtualTimeDriver(net), addresses=addresses)
+# The public helper (usertcp.testing) is the one implementation; tests keep their names for it.
+make_pair = pair
 
 
 def transfer(pair: Pair, sender: Connection, receiver: Connection, data: bytes, *,

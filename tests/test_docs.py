@@ -109,6 +109,7 @@ def test_api_reference_covers_the_public_api() -> None:
     for heading in ("## usertcp.aio", "## usertcp.obs.ss", "## usertcp.tcp.stack"):
         assert heading in text
     for api in ("open_connection(host: str, port: int, *, stack: Stack", "class UsertcpTransport(Transport)",
-                "format_ss(source: Stack | Sequence[dict[str, Any]], *, info: bool = True) -> str"):
+                "format_ss(source: Stack | Sequence[dict[str, Any]], *, info: bool = True, "
+                "width: int | None = None) -> str"):
         assert api in text, api
     assert " at 0x" not in text                      # deterministic

@@ -13,11 +13,13 @@ import argparse
 import importlib
 import inspect
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import usertcp
+from usertcp.extras import available, missing_extra
 
 
 class Command(NamedTuple):
@@ -101,7 +103,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:      # e.g. piped into head
         return 141
+    except ImportError as e:     # an optional dependency (pyroute2, rich, matplotlib) is missing
+        err = missing_extra(e, f"usertcp {args.command}")
+        if err is None:
+            raise
+        print(err, file=sys.stderr)      # "usertcp CMD needs X ...: pip install 'usertcp[EXTRA]'"
+        return 2
     return status
+
+
+# ----------------------------------------------------------------------------- sizes
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([kKMGT]?)(i?)B?\s*$")
+_SIZE_POWER = {"": 0, "k": 1, "K": 1, "M": 2, "G": 3, "T": 4}
+
+
+def parse_size(text: str) -> int:
+    """A byte count for every command's size option: ``5M`` = 5,000,000, ``64Ki`` = 65,536.
+
+    Suffixes k/K, M, G, T are powers of 1000, ``Ki``/``Mi``/``Gi``/``Ti`` powers of 1024;
+    a trailing ``B`` is allowed (``5MB``, ``1MiB``). An argparse ``type=``: a bad size is a
+    usage error, never a traceback.
+    """
+    m = _SIZE.match(text)
+    if m is None or (m.group(3) and not m.group(2)):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 500000, 64k, 5M, 1Mi)")
+    base = 1024 if m.group(3) else 1000
+    value = float(m.group(1)) * base ** _SIZE_POWER[m.group(2)]
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}")
+    return int(value)
 
 
 # ----------------------------------------------------------------------------- bench
@@ -113,7 +144,7 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(BENCHMARKS), metavar="NAME",
                         help="benchmark to run: " + ", ".join(sorted(BENCHMARKS)))
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
-    parser.add_argument("--size", type=int, help="bytes to transfer (throughput)")
+    parser.add_argument("--size", type=parse_size, help="bytes to transfer (throughput; 5M, 64Ki...)")
     parser.add_argument("--loss", type=float, help="packet loss probability (throughput)")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help="any other keyword of the benchmark's run() (repeatable)")
@@ -148,7 +179,7 @@ def _bench_cli(args: argparse.Namespace) -> int:
               f"it takes: {', '.join(accepted) or 'none'}", file=sys.stderr)
         return 2
     try:
-        if sys.stderr.isatty():
+        if sys.stderr.isatty() and available("rich"):
             # A live status on a terminal while a long benchmark runs; nothing otherwise.
             from rich.console import Console
 
@@ -162,7 +193,7 @@ def _bench_cli(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps(results))
-    elif sys.stdout.isatty():
+    elif sys.stdout.isatty() and available("rich"):
         from rich.console import Console
         from rich.table import Table
 

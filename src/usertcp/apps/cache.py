@@ -1,7 +1,14 @@
 """A memcached-text-protocol cache on the object ring: values are objects.
 
 Commands: ``set <key> <flags> <exptime> <bytes> [noreply]``, ``get <key>*``,
-``delete <key> [noreply]``, ``quit``. A ``set`` reads only its command line
+``delete <key> [noreply]``, ``version``, ``stats``, ``quit``, answered byte for byte as
+memcached 1.6 answers them (tests/test_cache_memcached.py compares the two): lines may
+end in ``\\n`` alone, keys are at most 250 bytes (``CLIENT_ERROR bad command line
+format``), a data block not followed by ``\\r\\n`` is ``CLIENT_ERROR bad data chunk`` and
+parsing goes on right after the ``<bytes>`` + 2 bytes, and ``quit`` (like any close)
+reads what has arrived before closing, so the peer sees a FIN, never a reset.
+``version`` names usertcp's version and ``stats`` reports memcached's names for the
+counters this cache has. A ``set`` reads only its command line
 (INSPECT); the data block becomes an object by reference (RECV_OBJECT), and a
 ``get`` serves it with OBJ_SEND: prefix ``VALUE <key> <flags> <bytes>\\r\\n``, the
 object, suffix ``\\r\\nEND\\r\\n`` (``\\r\\n`` between the values of a multi-key get).
@@ -16,10 +23,13 @@ from __future__ import annotations
 
 import errno
 import itertools
+import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+import usertcp
 from usertcp.objects.ops import INSPECT_WAITALL, Cqe
 from usertcp.objects.ring import Ring
 from usertcp.objects.store import Store, conn_of
@@ -29,6 +39,8 @@ from usertcp.tcp.stack import Listener, Stack
 MAX_LINE = 2048
 MAX_KEY = 250
 MAX_VALUE = 1 << 20
+BAD_FORMAT = b"CLIENT_ERROR bad command line format\r\n"
+DELETE_USAGE = b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
 
 # What a completion is for.
 _COLLECT, _LINE, _DROP, _VALUE, _CRLF, _REPLY, _DETACH = range(7)
@@ -62,7 +74,7 @@ class CacheServer:
     """The cache. Feed it connections with :meth:`attach` (or give it a listener) and
     drive it with :meth:`poll`; :meth:`start` runs it on a thread for a real-time driver."""
 
-    __slots__ = ("store", "ring", "values", "listener", "stats", "_ud", "_tags", "_clients",
+    __slots__ = ("store", "ring", "values", "listener", "stats", "started", "_ud", "_tags", "_clients",
                  "_thread", "_stop", "__weakref__")
 
     def __init__(self, store: Store, ring: Ring | None = None, *, listener: Listener | None = None) -> None:
@@ -72,6 +84,7 @@ class CacheServer:
         self.listener = listener
         self.stats = {"get_hits": 0, "get_misses": 0, "sets": 0, "deletes": 0, "connections": 0,
                       "errors": 0}
+        self.started = time.time()
         self._ud = itertools.count(1)
         self._tags: dict[int, tuple[int, _Client]] = {}
         self._clients: set[_Client] = set()
@@ -183,8 +196,14 @@ class CacheServer:
                 self._prep(_DETACH, cl, lambda ud: self.ring.prep_detach(cl.sid, ud))
         if cl.replies == 0 and cl in self._clients:
             self._clients.discard(cl)
+            self.ring.submit()        # the last line's DISCARD and the DETACH run before the close
             with self.store.stack_lock:
-                cl.conn.close(self.store.now())
+                conn, now = cl.conn, self.store.now()
+                # memcached has read what arrived (its read buffer) when it closes: the peer gets
+                # a FIN. Closing with those bytes unread would reset (RFC 2525 §2.17).
+                if conn.readable_bytes:
+                    conn.recv(conn.readable_bytes, now)
+                conn.close(now)
             self.store.kick()
 
     def _handle(self, cqe: Cqe) -> None:
@@ -229,7 +248,7 @@ class CacheServer:
                 self._set_done(cl, ps)
 
     def _on_line(self, cl: _Client, data: bytes) -> None:
-        eol = data.find(b"\r\n")
+        eol = data.find(b"\n")      # memcached ends a line at \n; a \r before it is dropped
         if eol < 0:
             if len(data) >= MAX_LINE:
                 self.stats["errors"] += 1
@@ -238,34 +257,62 @@ class CacheServer:
                 return
             self._next_line(cl, len(data) + 1, True)   # wait for more of the line
             return
-        line = data[:eol]
+        line = data[:eol - 1] if eol and data[eol - 1] == 0x0D else data[:eol]
         start = cl.pos
-        cl.pos = start + eol + 2
+        cl.pos = start + eol + 1
+        self._drop(cl, start, eol + 1)
         parts = line.split()
         cmd = parts[0] if parts else b""
         if cmd == b"set" and len(parts) in (5, 6):
-            self._drop(cl, start, eol + 2)
             self._on_set(cl, parts)
             return
-        self._drop(cl, start, eol + 2)
+        if cmd == b"quit":
+            self._finish(cl)
+            return
         if cmd == b"get" and len(parts) >= 2:
             self._on_get(cl, parts[1:])
         elif cmd == b"delete" and len(parts) in (2, 3):
-            noreply = len(parts) == 3 and parts[2] == b"noreply"
-            v = self.values.pop(parts[1], None)
-            if v is not None:
-                self.stats["deletes"] += 1
-                if v.handle:
-                    self.ring.prep_free(v.handle, 0)
-            if not noreply:
-                self._reply(cl, b"DELETED\r\n" if v is not None else b"NOT_FOUND\r\n")
-        elif cmd == b"quit":
-            self._finish(cl)
-            return
+            self._on_delete(cl, parts)
+        elif cmd == b"version":
+            self._reply(cl, b"VERSION %s\r\n" % usertcp.__version__.encode())
+        elif cmd == b"stats" and len(parts) == 1:
+            self._reply(cl, self._stats_reply())
         else:
             self.stats["errors"] += 1
             self._reply(cl, b"ERROR\r\n")
         self._next_line(cl)
+
+    def _on_delete(self, cl: _Client, parts: list[bytes]) -> None:
+        # memcached still takes a legacy "0" hold time; anything else is a usage error.
+        if len(parts) == 3 and parts[2] not in (b"noreply", b"0"):
+            self._reply(cl, DELETE_USAGE)
+            return
+        if len(parts[1]) > MAX_KEY:
+            self._reply(cl, BAD_FORMAT)
+            return
+        noreply = len(parts) == 3 and parts[2] == b"noreply"
+        v = self.values.pop(parts[1], None)
+        if v is not None:
+            self.stats["deletes"] += 1
+            if v.handle:
+                self.ring.prep_free(v.handle, 0)
+        if not noreply:
+            self._reply(cl, b"DELETED\r\n" if v is not None else b"NOT_FOUND\r\n")
+
+    def _stats_reply(self) -> bytes:
+        """``stats``: memcached's names for what this cache counts (a subset of its list)."""
+        st = self.stats
+        now = time.time()
+        items = [
+            ("pid", os.getpid()), ("uptime", int(now - self.started)), ("time", int(now)),
+            ("version", usertcp.__version__), ("curr_connections", len(self._clients)),
+            ("total_connections", st["connections"]), ("cmd_get", st["get_hits"] + st["get_misses"]),
+            ("cmd_set", st["sets"]), ("get_hits", st["get_hits"]), ("get_misses", st["get_misses"]),
+            ("delete_hits", st["deletes"]), ("curr_items", len(self.values)),
+            ("bytes", sum(v.length for v in self.values.values())),
+            ("limit_maxbytes", self.store.budget),
+        ]
+        return b"".join(b"STAT %s %s\r\n" % (k.encode(), str(v).encode()) for k, v in items) + b"END\r\n"
 
     def _on_set(self, cl: _Client, parts: list[bytes]) -> None:
         key = parts[1]
@@ -277,9 +324,10 @@ class CacheServer:
             length = -1
         noreply = len(parts) == 6 and parts[5] == b"noreply"
         if length < 0 or len(key) > MAX_KEY or not 0 <= flags < 1 << 32:
+            # As memcached: the error, then the data block is read as the next command line.
             self.stats["errors"] += 1
-            self._reply(cl, b"CLIENT_ERROR bad command line format\r\n")
-            self._finish(cl)   # memcached cannot find the next command after a bad set either
+            self._reply(cl, BAD_FORMAT)
+            self._next_line(cl)
             return
         vpos = cl.pos
         cl.pos = vpos + length + 2
@@ -310,11 +358,12 @@ class CacheServer:
                 self._finish(cl)
             return
         if not crlf_ok:
+            # memcached 1.6 reads <bytes> + 2 whatever they are and parses on after them.
             if handle:
                 self.ring.prep_free(handle, 0)
             self.stats["errors"] += 1
             self._reply(cl, b"CLIENT_ERROR bad data chunk\r\n")
-            self._finish(cl)
+            self._next_line(cl)
             return
         old = self.values.get(key)
         if old is not None and old.handle:
@@ -326,6 +375,10 @@ class CacheServer:
         self._next_line(cl)
 
     def _on_get(self, cl: _Client, keys: list[bytes]) -> None:
+        if any(len(k) > MAX_KEY for k in keys):
+            self.stats["errors"] += 1
+            self._reply(cl, BAD_FORMAT)
+            return
         found = [(k, v) for k in keys if (v := self.values.get(k)) is not None]
         self.stats["get_hits"] += len(found)
         self.stats["get_misses"] += len(keys) - len(found)

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from usertcp import socket as us
+from usertcp.cli import parse_size
+from usertcp.extras import available
 from usertcp.net.driver import RealTimeDriver, VirtualTimeDriver
 from usertcp.net.memnet import LinkConfig, Network
 from usertcp.net.pcap import PcapWriter
@@ -156,8 +158,8 @@ def _transfer(client: us.Host, server: us.Host, data: bytes, timeout: float) -> 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bytes", type=_size, default=2_000_000, metavar="N",
-                        help="bytes the client sends (default 2000000; k/M suffixes allowed)")
+    parser.add_argument("--bytes", type=parse_size, default=2_000_000, metavar="N",
+                        help="bytes the client sends (default 2000000; 5M, 64Ki... allowed)")
     parser.add_argument("--loss", type=float, default=0.01, metavar="P",
                         help="packet loss probability on each link direction (default 0.01)")
     parser.add_argument("--seed", type=int, default=1, metavar="S",
@@ -166,17 +168,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--realtime", action="store_true",
                         help="run on the real clock (RealTimeDriver) instead of virtual time")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-
-
-def _size(text: str) -> int:
-    mult = {"k": 1000, "K": 1000, "m": 1000_000, "M": 1000_000}.get(text[-1:], 1)
-    try:
-        n = int(float(text[:-1] if mult != 1 else text) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError("size must be >= 0")
-    return n
 
 
 def cli(args: argparse.Namespace) -> int:
@@ -195,30 +186,45 @@ def cli(args: argparse.Namespace) -> int:
     return 0 if res.ok else 1
 
 
+def summary_rows(res: DemoResult) -> list[tuple[str, str]]:
+    """The summary as (label, value) rows."""
+    clock = "real" if res.realtime else "virtual"
+    rows = [
+        ("connections", f"{res.connections} (server accepted {res.passive_opens})"),
+        ("client -> server", f"{res.bytes_client_to_server:,} bytes"),
+        ("server -> client", f"{res.bytes_server_to_client:,} bytes (the digest)"),
+        ("retransmissions", f"{res.retransmissions} (TcpRetransSegs)"),
+        ("packets on the link", f"{res.packets:,}"),
+        ("RTT (srtt)", f"{res.srtt_ms:.2f} ms"),
+        (f"duration ({clock})", f"{res.duration_s:.3f} s"),
+        ("wall time", f"{res.wall_s:.3f} s"),
+        ("sha256 sent", res.sha256_sent[:32] + "..."),
+        ("sha256 at server", res.sha256_received[:32] + "..."),
+    ]
+    if res.pcap:
+        rows.append(("pcap", res.pcap))
+    return rows
+
+
 def print_summary(res: DemoResult) -> None:
+    """A table (rich, the [cli] extra) or, without rich, the same rows as plain text."""
+    title = f"usertcp demo: {CLIENT_IP} -> {SERVER_IP}:{PORT}, loss {res.loss:.1%}"
+    verdict = "OK: checksums match" if res.ok else "FAILED: checksums differ"
+    if not available("rich"):
+        print(title)
+        width = max(len(label) for label, _ in summary_rows(res))
+        for label, value in summary_rows(res):
+            print(f"  {label:<{width}}  {value}")
+        print(verdict)
+        return
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    clock = "real" if res.realtime else "virtual"
-    table = Table(title=f"usertcp demo: {CLIENT_IP} -> {SERVER_IP}:{PORT}, loss {res.loss:.1%}",
-                  show_header=False, title_justify="left")
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("connections", f"{res.connections} (server accepted {res.passive_opens})")
-    table.add_row("client -> server", f"{res.bytes_client_to_server:,} bytes")
-    table.add_row("server -> client", f"{res.bytes_server_to_client:,} bytes (the digest)")
-    table.add_row("retransmissions", f"{res.retransmissions} (TcpRetransSegs)")
-    table.add_row("packets on the link", f"{res.packets:,}")
-    table.add_row("RTT (srtt)", f"{res.srtt_ms:.2f} ms")
-    table.add_row(f"duration ({clock})", f"{res.duration_s:.3f} s")
-    table.add_row("wall time", f"{res.wall_s:.3f} s")
-    table.add_row("sha256 sent", res.sha256_sent[:32] + "...")
-    table.add_row("sha256 at server", res.sha256_received[:32] + "...")
-    if res.pcap:
-        table.add_row("pcap", res.pcap)
+    for label, value in summary_rows(res):
+        table.add_row(label, value)
     console.print(table)
-    if res.ok:
-        console.print("[green]OK: checksums match[/green]")
-    else:
-        console.print("[red]FAILED: checksums differ[/red]")
+    console.print(f"[green]{verdict}[/green]" if res.ok else f"[red]{verdict}[/red]")

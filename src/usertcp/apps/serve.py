@@ -11,12 +11,23 @@ per connection) run inside the driver loop (usertcp.apps.basic); ``smtp``
 (usertcp.apps.smtp, greeting preloaded with MSG_PRELOAD) and ``cache``
 (usertcp.apps.cache, memcached text protocol) run on their own thread over the same
 driver. ``--preload TEXT`` (``\\r\\n`` escapes allowed) sets the listener's preload for
-any app (for ``smtp`` it replaces the greeting).
+any app (for ``smtp`` it replaces the greeting and is made a greeting line:
+:func:`usertcp.apps.smtp.greeting_line`).
+
+SIGINT/SIGTERM close every connection as Linux does when a process exits: listeners
+first (connections not yet accepted are reset), then each connection is closed, which
+sends a FIN, or a RST when it still holds data the app has not read; serve waits (up
+to ``CLOSE_WAIT_S``) for the FINs to be acknowledged, then exits. A second signal
+exits at once.
 
 Outputs: ``--report FILE`` gets one JSON line per closed connection (bytes and SHA-256
-each way, basic apps), written as each connection ends; ``--stats-file FILE`` gets one
-JSON object at exit (stack counters, driver/device/impairment stats per queue, and the
-summed counters); ``--profile FILE`` writes the cProfile top entries of queue 0's driver
+each way, basic apps), written as each connection ends; ``--stats-file FILE`` is
+rewritten atomically (temporary file + rename) every ``--stats-interval`` seconds while
+serving and once more at exit, in the format of :mod:`usertcp.obs.stats` that
+``usertcp ss``/``usertcp nstat --stats-file`` read: one snapshot per queue under
+``stacks`` (counters, sockets, plus driver/device/impairment stats), the summed
+``counters``, and ``per_queue`` (the same snapshots; forked queues report at exit
+only); ``--profile FILE`` writes the cProfile top entries of queue 0's driver
 loop as JSON; ``--pcap FILE`` records what usertcp sees and sends (``FILE.qN`` for
 queues N > 0).
 
@@ -48,15 +59,26 @@ from typing import Any
 
 from usertcp.apps.basic import APPS as BASIC_APPS
 from usertcp.apps.basic import BasicServer, ConnReport
+from usertcp.apps.smtp import greeting_line
+from usertcp.cli import parse_size
+from usertcp.extras import require
 from usertcp.net.endpoint import Endpoint
 from usertcp.net.impair import ImpairConfig, ImpairedEndpoint, parse_impair
 from usertcp.net.pcap import PcapWriter
 from usertcp.net.tun import TunDevice, TunDriver
+from usertcp.obs.stats import FORMAT as STATS_FORMAT
+from usertcp.obs.stats import VERSION as STATS_VERSION
+from usertcp.obs.stats import stats_snapshot, write_json_atomically
 from usertcp.tcp.config import TFO_SERVER_ENABLE, StackConfig
+from usertcp.tcp.connection import State
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.stack import Listener, Stack
 
 APPS = (*BASIC_APPS, "smtp", "cache")
+# After SIGINT/SIGTERM: how long serve lets its FINs be acknowledged before it exits.
+CLOSE_WAIT_S = 2.0
+# Connections whose close needs nothing more from serve: our FIN is acknowledged (or reset).
+_CLOSED_ENOUGH = (State.FIN_WAIT_2, State.TIME_WAIT, State.CLOSED)
 DEFAULT_PORTS = {"echo": 7, "discard": 9, "source": 19, "smtp": 25, "cache": 11211}
 # Largest GSO payload we hand the kernel: one IP packet stays below 64 KiB with headers.
 GSO_MAX = 65535 - 60 - 60 - 40
@@ -86,6 +108,7 @@ class ServeOptions:
     impair: ImpairConfig | None = None
     report: str | None = None
     stats_file: str | None = None
+    stats_interval: float = 1.0
     profile: str | None = None
     profile_top: int = 25
     queues: int = 1
@@ -106,9 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--app", required=True, choices=APPS, help="what to serve")
     parser.add_argument("--port", type=int, help="listening port (default per app: echo 7, discard 9, "
                         "source 19, smtp 25, cache 11211)")
-    parser.add_argument("--bytes", type=int, default=1 << 20, metavar="N",
+    parser.add_argument("--bytes", type=parse_size, default=1 << 20, metavar="N",
                         help="source: bytes sent on each connection (default 1 MiB)")
-    parser.add_argument("--preload", metavar="TEXT", help="listener preload (MSG_PRELOAD); \\r\\n escapes")
+    parser.add_argument("--preload", metavar="TEXT",
+                        help="listener preload (MSG_PRELOAD): bytes the stack sends on every connection "
+                             "before the app reads (\\r\\n escapes allowed, sent as given); with --app smtp "
+                             "it is the greeting line: CRLF added when missing, '220 ' when it has no "
+                             "reply code")
     parser.add_argument("--fastopen", action="store_true", help="TCP Fast Open server (cookies)")
     parser.add_argument("--fastopen-no-cookie", action="store_true",
                         help="with --fastopen: accept SYN data without a cookie (TCP_FASTOPEN_NO_COOKIE)")
@@ -118,13 +145,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
                         help="virtio-net offloads (checksum, TSO/GSO); default: use them if available")
     parser.add_argument("--mtu", type=int, default=1500)
-    parser.add_argument("--rcvbuf", type=int, default=4 << 20, help="per-connection receive buffer")
-    parser.add_argument("--sndbuf", type=int, default=4 << 20, help="per-connection send buffer")
+    parser.add_argument("--rcvbuf", type=parse_size, default=4 << 20, help="per-connection receive buffer")
+    parser.add_argument("--sndbuf", type=parse_size, default=4 << 20, help="per-connection send buffer")
     parser.add_argument("--impair", metavar="SPEC",
                         help="loss/reorder on usertcp's side of the link: loss=P,reorder=P,delay=S,seed=N,"
                              "dir=both|in|out (see usertcp.net.impair)")
     parser.add_argument("--report", metavar="FILE", help="JSON line per closed connection")
-    parser.add_argument("--stats-file", metavar="FILE", help="JSON counters and stats written at exit")
+    parser.add_argument("--stats-file", metavar="FILE",
+                        help="stats file (counters, sockets, driver stats) for 'usertcp ss/nstat "
+                             "--stats-file', rewritten atomically while serving and at exit")
+    parser.add_argument("--stats-interval", type=float, default=1.0, metavar="SECONDS",
+                        help="how often --stats-file is rewritten (default 1)")
     parser.add_argument("--profile", metavar="FILE", help="cProfile queue 0's loop; top entries as JSON")
     parser.add_argument("--queues", type=int, default=1, help="multi-queue TUN: one stack per queue")
     parser.add_argument("--queue-mode", choices=("thread", "process"), default="thread")
@@ -144,20 +175,27 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         raise ValueError("--queues must be >= 1")
     if args.bytes < 0:
         raise ValueError("--bytes must be >= 0")
+    if not args.stats_interval > 0:
+        raise ValueError("--stats-interval must be > 0")
     preload = None
     if args.preload is not None:
         preload = codecs.decode(args.preload, "unicode_escape").encode("latin-1")
+        if args.app == "smtp":
+            preload = greeting_line(preload)
     return ServeOptions(
         tun=args.tun, addresses=addresses, peer_addresses=peers, app=args.app,
         port=args.port or DEFAULT_PORTS[args.app], source_bytes=args.bytes, preload=preload,
         fastopen=args.fastopen or args.fastopen_no_cookie, fastopen_no_cookie=args.fastopen_no_cookie,
         md5_keys=keys, pcap=args.pcap, offload=args.offload, mtu=args.mtu, rcvbuf=args.rcvbuf,
         sndbuf=args.sndbuf, impair=parse_impair(args.impair) if args.impair else None, report=args.report,
-        stats_file=args.stats_file, profile=args.profile, queues=args.queues, queue_mode=args.queue_mode,
+        stats_file=args.stats_file, stats_interval=args.stats_interval, profile=args.profile,
+        queues=args.queues, queue_mode=args.queue_mode,
         quiet=args.quiet)
 
 
 def cli(args: argparse.Namespace) -> int:
+    # Before any device exists: without the [tun] extra, one line naming it (usertcp.cli prints it).
+    require("pyroute2", "usertcp serve")
     try:
         opts = options_from_args(args)
     except ValueError as e:
@@ -199,7 +237,9 @@ class QueueServer:
             endpoint = self.impaired
         self.pcap: PcapWriter | None = None
         if opts.pcap:
-            self.pcap = PcapWriter(opts.pcap if index == 0 else f"{opts.pcap}.q{index}")
+            # With offloads both directions carry partial checksums: finish them for the reader.
+            self.pcap = PcapWriter(opts.pcap if index == 0 else f"{opts.pcap}.q{index}",
+                                   complete_checksums=device.offload)
         self.driver = TunDriver(endpoint, device, pcap=self.pcap)
         self.listener: Listener | None = None
         self.basic: BasicServer | None = None
@@ -295,8 +335,29 @@ class QueueServer:
             self.app_thread.join(2)
         if self.basic is not None:
             with self.driver.lock:
-                for s in list(self.basic.sessions.values()):
-                    self.basic._finish(s)
+                self.basic.close()        # reports the connections still open
+
+    def close_connections(self) -> None:
+        """What Linux does to a process's sockets at exit: listeners close (resetting the
+        connections nobody accepted, inet_csk_listen_stop), then every connection closes:
+        a FIN, or a RST when the app left data unread (RFC 2525 §2.17, Connection.close)."""
+        stack = self.stack
+        with self.driver.lock:
+            now = self.driver.now()
+            for lst in list(stack.listeners.values()):
+                lst.close(now)
+            for conn in list(stack.connections.values()):
+                conn.close(now)
+        self.driver.kick()
+
+    def connections_closed(self) -> bool:
+        """Every connection's close is done as far as this end is concerned (FIN acked or reset)."""
+        return all(c.state in _CLOSED_ENOUGH for c in list(self.stack.connections.values()))
+
+    def snapshot(self) -> dict[str, Any]:
+        """This queue for the stats file: the stack's snapshot (usertcp.obs.stats) and :meth:`stats`."""
+        with self.driver.lock:
+            return {**stats_snapshot(self.stack, now=self.driver.now()), **self.stats()}
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -355,43 +416,98 @@ def _sum_counters(stats: list[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
+def _stats_document(opts: ServeOptions, offload: bool, per_queue: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stats file: usertcp.obs.stats's several-stacks form plus serve's summary keys."""
+    return {"format": STATS_FORMAT, "version": STATS_VERSION, "stacks": per_queue, "app": opts.app,
+            "queues": opts.queues, "queue_mode": opts.queue_mode, "offload": offload,
+            "counters": _sum_counters(per_queue), "per_queue": per_queue}
+
+
+class _Shutdown:
+    """SIGINT/SIGTERM: close every connection on a helper thread while the loops still run
+    (a signal handler must not block), then stop queue 0's loop; a second signal stops now."""
+
+    def __init__(self, queues: list[QueueServer]) -> None:
+        self.queues = queues
+        self.requested = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        if self.requested.is_set() or not self.queues:
+            self._stop_loop()
+            return
+        self.requested.set()
+        self._thread = threading.Thread(target=self._close_all, name="serve-shutdown", daemon=True)
+        self._thread.start()
+
+    def _close_all(self) -> None:
+        try:
+            for q in self.queues:
+                q.stop_app()
+            for q in self.queues:
+                q.close_connections()
+            for q in self.queues:
+                q.driver.wait_until(q.connections_closed, CLOSE_WAIT_S)
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        # Queue 0's loop runs on the main thread: stop() only sets a flag and wakes it.
+        if self.queues:
+            self.queues[0].driver.stop()
+
+
+class _StatsWriter:
+    """Rewrites the stats file every ``interval`` seconds on a thread (each queue's snapshot is
+    taken under its driver's lock), until :meth:`stop`."""
+
+    def __init__(self, opts: ServeOptions, offload: bool, queues: list[QueueServer]) -> None:
+        self.opts = opts
+        self.offload = offload
+        self.queues = queues
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="serve-stats", daemon=True)
+
+    def start(self) -> None:
+        self.write()
+        self._thread.start()
+
+    def write(self, extra: list[dict[str, Any]] | None = None) -> None:
+        path = self.opts.stats_file
+        if path:
+            per_queue = [q.snapshot() for q in self.queues] + (extra or [])
+            write_json_atomically(path, _stats_document(self.opts, self.offload, per_queue))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.opts.stats_interval):
+            try:
+                self.write()
+            except OSError as e:       # a full disk must not take the server down
+                print(f"usertcp serve: stats file: {e}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+
 def serve(opts: ServeOptions) -> int:
     if opts.app not in APPS:
         raise AppUnavailable(f"unknown app {opts.app!r}")
-    stop = threading.Event()
     queues: list[QueueServer] = []
     children: list[tuple[int, int]] = []      # (pid, read end of its pipe)
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-        if queues:
-            # Queue 0's loop runs on this (main) thread: stop() only sets a flag and wakes it.
-            queues[0].driver.stop()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    shutdown = _Shutdown(queues)
+    old = {s: signal.signal(s, shutdown.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     first = TunDevice.open(opts.tun, offload=opts.offload, multi_queue=opts.queues > 1)
     devices = [first]
+    stats_writer: _StatsWriter | None = None
     try:
         for peer in opts.peer_addresses:
             first.configure(peer_address=peer, mtu=opts.mtu)
         devices += [first.open_queue() for _ in range(opts.queues - 1)]
         if opts.queues > 1 and opts.queue_mode == "process":
-            for i in range(1, opts.queues):
-                r, w = os.pipe()
-                pid = os.fork()
-                if pid == 0:           # child: only queue i
-                    os.close(r)
-                    for j, d in enumerate(devices):
-                        if j != i:
-                            d.close()
-                    os._exit(_child_main(opts, devices[i], i, w))
-                os.close(w)
-                devices[i].close()     # the child's now
-                children.append((pid, r))
+            _fork_queues(opts, devices, children)
             devices = [first]
-            for _, r in children:      # each child says "R" once it listens
-                if os.read(r, 1) != b"R":
-                    raise RuntimeError("a queue process failed to start")
         for i, dev in enumerate(devices):
             q = QueueServer(opts, dev, i)
             queues.append(q)
@@ -399,34 +515,27 @@ def serve(opts: ServeOptions) -> int:
         for q in queues[1:]:
             q.driver.start()
             q.start_app_threads()
+        if opts.stats_file:
+            stats_writer = _StatsWriter(opts, first.offload, queues)
+            stats_writer.start()
         for addr in opts.addresses:
             print(f"ready {_fmt_endpoint(addr, opts.port)}", flush=True)
         main_q = queues[0]
         main_q.start_app_threads()
-        if not stop.is_set():
+        if not shutdown.requested.is_set():
             if opts.profile:
                 _run_profiled(main_q, opts.profile, opts.profile_top)
             else:
                 main_q.driver.run_forever()
-        stop.set()
+        if stats_writer is not None:
+            stats_writer.stop()
         for q in queues:
             q.stop_app()
-        all_stats = [q.stats() for q in queues]
-        for pid, _ in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        for pid, r in children:
-            with os.fdopen(r, "rb") as pipe:
-                data = pipe.read()
-            os.waitpid(pid, 0)
-            with contextlib.suppress(ValueError):
-                all_stats.append(json.loads(data))
-        children.clear()
-        summary: dict[str, Any] = {"app": opts.app, "queues": opts.queues, "queue_mode": opts.queue_mode,
-                   "offload": first.offload, "counters": _sum_counters(all_stats), "per_queue": all_stats}
+        child_stats = _stop_children(children)
+        per_queue = [q.snapshot() for q in queues] + child_stats
+        summary = _stats_document(opts, first.offload, per_queue)
         if opts.stats_file:
-            with open(opts.stats_file, "w") as f:
-                json.dump(summary, f)
+            write_json_atomically(opts.stats_file, summary)
         if not opts.quiet:
             c = summary["counters"]
             print(f"usertcp serve: stopped; {c.get('TcpPassiveOpens', 0)} connections, "
@@ -434,6 +543,8 @@ def serve(opts: ServeOptions) -> int:
                   f"{c.get('TcpRetransSegs', 0)} retransmitted", file=sys.stderr)
         return 0
     finally:
+        if stats_writer is not None:
+            stats_writer.stop()
         for pid, r in children:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
@@ -449,21 +560,56 @@ def serve(opts: ServeOptions) -> int:
             signal.signal(s, h)
 
 
+def _fork_queues(opts: ServeOptions, devices: list[TunDevice], children: list[tuple[int, int]]) -> None:
+    """``--queue-mode process``: one child per queue 1..N-1, each keeping only its own fd."""
+    for i in range(1, opts.queues):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:           # child: only queue i
+            os.close(r)
+            for j, d in enumerate(devices):
+                if j != i:
+                    d.close()
+            os._exit(_child_main(opts, devices[i], i, w))
+        os.close(w)
+        devices[i].close()     # the child's now
+        children.append((pid, r))
+    for _, r in children:      # each child says "R" once it listens
+        if os.read(r, 1) != b"R":
+            raise RuntimeError("a queue process failed to start")
+
+
+def _stop_children(children: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """SIGTERM each queue process (it closes its connections the same way) and collect its stats."""
+    for pid, _ in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    stats: list[dict[str, Any]] = []
+    for pid, r in children:
+        with os.fdopen(r, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(pid, 0)
+        with contextlib.suppress(ValueError):
+            stats.append(json.loads(data))
+    children.clear()
+    return stats
+
+
 def _child_main(opts: ServeOptions, device: TunDevice, index: int, pipe_w: int) -> int:
     """A forked queue process: serve queue ``index`` until SIGTERM, send stats back."""
     code = 0
     q: QueueServer | None = None
     try:
         q = QueueServer(opts, device, index)
-        qq = q
-        signal.signal(signal.SIGTERM, lambda s, f: qq.driver.stop())
+        shutdown = _Shutdown([q])
+        signal.signal(signal.SIGTERM, shutdown.on_signal)
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles ^C and tells us
         q.start_app()
         os.write(pipe_w, b"R")
         q.start_app_threads()
         q.driver.run_forever()
         q.stop_app()
-        os.write(pipe_w, json.dumps(q.stats()).encode())
+        os.write(pipe_w, json.dumps(q.snapshot()).encode())
     except BaseException as e:  # report and leave: never return into the parent's code
         print(f"usertcp serve: queue {index}: {e!r}", file=sys.stderr)
         code = 1

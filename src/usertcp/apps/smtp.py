@@ -23,12 +23,24 @@ from dataclasses import dataclass, field
 from usertcp.api import sockets
 from usertcp.api.sockets import Host, Socket
 
-__all__ = ["Message", "SmtpServer", "SmtpSession"]
+__all__ = ["Message", "SmtpServer", "SmtpSession", "greeting_line"]
 
 MAX_COMMAND_LINE = 512     # RFC 5321 §4.5.3.1.4, CRLF included
 MAX_TEXT_LINE = 1000       # §4.5.3.1.6
 MAX_MESSAGE = 10 * 1024 * 1024
 _PATH = re.compile(r"^\s*<([^<>]*)>(.*)$")
+_REPLY_CODE = re.compile(rb"^[2-5][0-9][0-9](?:[ -]|$)")
+
+
+def greeting_line(text: bytes) -> bytes:
+    """``text`` as an SMTP greeting (RFC 5321 §4.2): every line ends in CRLF (a bare LF
+    becomes one, a missing one is added), and ``220 `` goes in front when the text has
+    no reply code. A client such as smtplib reads the greeting up to its CRLF: without it,
+    it waits forever."""
+    lines = text.replace(b"\r\n", b"\n").rstrip(b"\n").split(b"\n")
+    if not _REPLY_CODE.match(lines[0]):
+        lines[0] = b"220 " + lines[0]
+    return b"".join(line + b"\r\n" for line in lines)
 
 
 @dataclass

@@ -15,7 +15,7 @@ not the measured run) gives the top functions by own time under ``profile``.
 ``queues`` > 1 adds a multi-queue receive run with ``flows`` parallel connections,
 plain link, once with threads and once with processes, against one queue.
 
-Rates are MB/s (10^6 bytes per second of wall time, connect to the receiver's EOF).
+Rates are ``MB_per_s``: 10^6 bytes per second of wall time, connect to the receiver's EOF.
 """
 
 from __future__ import annotations
@@ -170,7 +170,8 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
         raise RuntimeError(f"usertcp serve failed ({rc}): {srv.stderr}")
     st = json.loads(stats.read_text())
     c = st["counters"]
-    out: dict[str, Any] = {"mbps": round(size * flows / dt / MB, 1), "seconds": round(dt, 3), "sha256_ok": ok,
+    out: dict[str, Any] = {"MB_per_s": round(size * flows / dt / MB, 1), "seconds": round(dt, 3),
+                           "sha256_ok": ok,
                            "retrans_segs": c.get("TcpRetransSegs", 0), "segs_in": c.get("TcpInSegs", 0),
                            "segs_out": c.get("TcpOutSegs", 0)}
     if profile:
@@ -232,7 +233,7 @@ def _veth_run(size: int) -> dict[str, Any]:
             t.join(30)
         finally:
             srv.close()
-    return {"mbps": round(size / dt / MB, 1), "seconds": round(dt, 3),
+    return {"MB_per_s": round(size / dt / MB, 1), "seconds": round(dt, 3),
             "sha256_ok": result == [pattern_sha256(size)]}
 
 
@@ -253,13 +254,14 @@ def run(size: int = 200 * MB, profile_size: int = 50 * MB, profile_top: int = 15
             for direction in ("rx", "tx"):
                 r = _usertcp_run(size, offload, direction, tmp)
                 results[f"usertcp_{direction}_{key}"] = r
-                results[f"ratio_{direction}_{key}"] = round(r["mbps"] / veth["mbps"], 3)
+                results[f"ratio_{direction}_{key}"] = round(r["MB_per_s"] / veth["MB_per_s"], 3)
         if profile_size:
             prof: dict[str, Any] = {}
             for offload in (True, False):
                 key = "offload" if offload else "plain"
                 r = _usertcp_run(profile_size, offload, "rx", tmp, profile=True)
-                prof[f"rx_{key}"] = {"size": profile_size, "mbps_profiled": r["mbps"], **r["profile"]}
+                prof[f"rx_{key}"] = {"size": profile_size, "MB_per_s_profiled": r["MB_per_s"],
+                                     **r["profile"]}
                 prof[f"rx_{key}"]["top"] = prof[f"rx_{key}"]["top"][:profile_top]
             results["profile"] = prof
         if queues > 1:

@@ -1,4 +1,11 @@
-"""Classic pcap files of raw IP packets (LINKTYPE_RAW, like a TUN device)."""
+"""Classic pcap files of raw IP packets (LINKTYPE_RAW, like a TUN device).
+
+With checksum offload (``usertcp serve --offload``) the TCP checksum field of a packet
+holds only the pseudo-header sum (CHECKSUM_PARTIAL): the kernel or the stack finishes it
+later. A capture is for people, and Wireshark flags every such packet, so a
+``PcapWriter(..., complete_checksums=True)`` writes the finished checksum instead, as
+``tcpdump`` shows the kernel's own packets.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,9 @@ import threading
 from types import TracebackType
 from typing import BinaryIO
 
-from usertcp.wire.segment import TxPacket
+from usertcp.wire.checksum import internet_checksum, pseudo_header_sum
+from usertcp.wire.packet import parse_packet
+from usertcp.wire.segment import DropPacket, TxPacket
 
 LINKTYPE_RAW = 101          # raw IPv4/IPv6, no link-layer header
 MAGIC_USEC = 0xA1B2C3D4
@@ -16,17 +25,44 @@ MAGIC_NSEC = 0xA1B23C4D
 
 _GLOBAL = struct.Struct("<IHHiIII")
 _RECORD = struct.Struct("<IIII")
+_U16 = struct.Struct("!H")
+TCP_PROTO = 6
+TCP_CHECKSUM_OFFSET = 16    # RFC 9293 §3.1: the checksum is the TCP header's 9th 16-bit word
+
+
+def complete_tcp_checksum(packet: bytes) -> bytes:
+    """``packet`` with its TCP checksum computed over the whole segment (a copy), or
+    ``packet`` itself when it is not a TCP packet this can finish (then left as it is)."""
+    try:
+        seg = parse_packet(packet, verify_checksum=False)
+    except DropPacket:
+        return packet
+    tcp_len = len(seg.tcp_header) + len(seg.payload)
+    start = len(packet) - tcp_len     # a TUN packet carries no link padding after the segment
+    buf = bytearray(packet)
+    _U16.pack_into(buf, start + TCP_CHECKSUM_OFFSET, 0)
+    pseudo = pseudo_header_sum(seg.src, seg.dst, TCP_PROTO, tcp_len)
+    csum = internet_checksum([memoryview(buf)[start:]], pseudo)
+    _U16.pack_into(buf, start + TCP_CHECKSUM_OFFSET, csum)
+    done = bytes(buf)
+    try:        # the parser checks the result: padding or an odd layout keeps the original
+        parse_packet(done)
+    except DropPacket:
+        return packet
+    return done
 
 
 class PcapWriter:
     """Writes packets to a classic pcap file. ``write`` is thread-safe.
 
     A path is opened (and closed) by the writer; a file object passed in is
-    flushed but left open on ``close()``.
+    flushed but left open on ``close()``. ``complete_checksums`` finishes the TCP checksum
+    of every packet (see the module docstring): for captures of an offloading link only,
+    since it would also hide a genuinely bad checksum.
     """
 
     def __init__(self, target: str | os.PathLike[str] | BinaryIO, *, nanosecond: bool = True,
-                 snaplen: int = 262144) -> None:
+                 snaplen: int = 262144, complete_checksums: bool = False) -> None:
         if isinstance(target, (str, os.PathLike)):
             self._file: BinaryIO = open(target, "wb")  # noqa: SIM115 - closed in close()
             self._owns = True
@@ -35,6 +71,7 @@ class PcapWriter:
             self._owns = False
         self.nanosecond = nanosecond
         self.snaplen = snaplen
+        self.complete_checksums = complete_checksums
         self._scale = 1_000_000_000 if nanosecond else 1_000_000
         self._lock = threading.Lock()
         self._closed = False
@@ -44,6 +81,8 @@ class PcapWriter:
 
     def write(self, packet: bytes | bytearray | memoryview | TxPacket, timestamp: float) -> None:
         data = packet.tobytes() if isinstance(packet, TxPacket) else bytes(packet)
+        if self.complete_checksums:
+            data = complete_tcp_checksum(data)
         # Integer ticks first so the fraction can never round up to a full second.
         sec, frac = divmod(round(timestamp * self._scale), self._scale)
         incl = min(len(data), self.snaplen)

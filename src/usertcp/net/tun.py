@@ -70,7 +70,6 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
 
-from usertcp.net import netns as _netns
 from usertcp.net.endpoint import Endpoint
 from usertcp.wire.segment import Buffer, TxPacket
 
@@ -199,6 +198,8 @@ class TunDevice:
         ``netns`` opens it inside that namespace (the device lives there for good).
         """
         if netns is not None:
+            from usertcp.net import netns as _netns  # pyroute2: imported only when used
+
             dev = _netns.call_in_namespace(netns, cls.open, name, offload=offload, multi_queue=multi_queue)
             dev.netns = netns
             return dev
@@ -244,6 +245,8 @@ class TunDevice:
 
     def _in_device_ns(self, fn: Callable[..., _T], *args: object) -> _T:
         """Run ``fn`` in the device's namespace: netlink and TUNSETIFF look names up there."""
+        from usertcp.net import netns as _netns  # pyroute2: imported only when a device is used
+
         try:
             nsfd = fcntl.ioctl(self.fd, TUNGETDEVNETNS)
         except OSError:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from usertcp.extras import available
 from usertcp.tcp.stack import Stack
 
 
@@ -65,7 +66,7 @@ def cli(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    if sys.stdout.isatty():
+    if sys.stdout.isatty() and available("rich"):
         from rich.console import Console
         from rich.table import Table
 

@@ -17,6 +17,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from usertcp.extras import require
 from usertcp.obs.trace import Event, read_trace
 
 
@@ -41,12 +42,21 @@ def plot_trace(source: str | os.PathLike[str] | list[Event], output: str | os.Pa
     """Draw ``conn`` (default: the one that sent the most bytes) from a trace into ``output``.
 
     Returns a summary: ``conn``, ``segments``, ``retransmissions``, ``acks``,
-    ``metrics`` (samples), ``duration_s``. ValueError if the trace has nothing to draw.
+    ``metrics`` (samples), ``duration_s``. ValueError if the trace has nothing to draw;
+    :class:`usertcp.extras.MissingExtra` without matplotlib (``usertcp[plot]``).
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as e:     # pragma: no cover - depends on the environment
-        raise RuntimeError("usertcp plot needs matplotlib (pip install matplotlib)") from e
+    fig, summary = draw_trace(source, conn=conn, title=title)
+    fig.savefig(output)
+    return {**summary, "output": os.fspath(output)}
+
+
+def draw_trace(source: str | os.PathLike[str] | list[Event], *, conn: str | None = None,
+               title: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The matplotlib ``Figure`` of :func:`plot_trace` and its summary, not saved."""
+    require("matplotlib", "usertcp plot")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
+
     events = read_trace(source) if not isinstance(source, list) else source
     conns = connections(events)
     if conn is None:
@@ -109,9 +119,9 @@ def plot_trace(source: str | os.PathLike[str] | list[Event], output: str | os.Pa
                 sack_hi.append(hi)
         elif name == "recovery:metrics_updated" and c == conn:
             m_t.append(t)
-            cwnd.append(d["cwnd"] / 1000)
-            ssthresh.append(float("nan") if d.get("ssthresh") is None else d["ssthresh"] / 1000)
-            inflight.append(d.get("bytes_in_flight", 0) / 1000)
+            cwnd.append(d["cwnd"])
+            ssthresh.append(float("nan") if d.get("ssthresh") is None else d["ssthresh"])
+            inflight.append(d.get("bytes_in_flight", 0))
         elif name == "recovery:congestion_state_updated" and c == conn:
             marks.append((t, d["new"]))
     if not seg_t and not rtx_t:
@@ -123,11 +133,15 @@ def plot_trace(source: str | os.PathLike[str] | list[Event], output: str | os.Pa
         ax1.step(ack_t, win_v, where="post", color="tab:olive", lw=0.8, alpha=0.7, label="ACK + window")
     ax1.vlines(seg_t, seg_lo, seg_hi, color="tab:blue", lw=1.2, label="data sent")
     if rtx_t:
-        ax1.vlines(rtx_t, rtx_lo, rtx_hi, color="tab:red", lw=2, label="retransmission")
-        ax1.plot(rtx_t, rtx_hi, "r.", ms=4)
+        # A retransmitted segment is one MSS tall on an axis of the whole transfer: a bar alone
+        # is invisible, so each gets a marker, and the legend shows that same marker.
+        ax1.vlines(rtx_t, rtx_lo, rtx_hi, color="tab:red", lw=2)
+        ax1.plot(rtx_t, rtx_hi, ls="none", marker="x", ms=8, mew=2, color="tab:red",
+                 label="retransmission")
     if sack_t:
         ax1.vlines(sack_t, sack_lo, sack_hi, color="tab:purple", lw=0.8, alpha=0.6, label="SACK")
-    ax1.set_ylabel("sequence offset (bytes)")
+    ax1.set_ylabel("sequence offset")
+    ax1.yaxis.set_major_formatter(EngFormatter(unit="B"))      # 200 kB, not a bare 1e6 offset
     ax1.set_title(title or f"{conn}: time/sequence")
     ax1.legend(loc="upper left", fontsize="small")
     ax1.grid(True, alpha=0.3)
@@ -138,15 +152,15 @@ def plot_trace(source: str | os.PathLike[str] | list[Event], output: str | os.Pa
     for t, state in marks:
         if state in ("Recovery", "Loss"):
             ax2.axvline(t, color="tab:red" if state == "Loss" else "tab:pink", ls=":", lw=1)
-    ax2.set_ylabel("kB")
+    ax2.set_ylabel("bytes")
+    ax2.yaxis.set_major_formatter(EngFormatter(unit="B"))
     ax2.set_xlabel("time (s)")
     ax2.set_title("congestion window (dotted: recovery pink, RTO loss red)")
     ax2.legend(loc="upper left", fontsize="small")
     ax2.grid(True, alpha=0.3)
-    fig.savefig(output)
     end = max(seg_t[-1:] + rtx_t[-1:] + ack_t[-1:] + m_t[-1:])
-    return {"conn": conn, "segments": len(seg_t), "retransmissions": len(rtx_t), "acks": len(ack_t),
-            "metrics": len(m_t), "duration_s": end, "output": os.fspath(output)}
+    return fig, {"conn": conn, "segments": len(seg_t), "retransmissions": len(rtx_t), "acks": len(ack_t),
+                 "metrics": len(m_t), "duration_s": end}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO, TypeVar
 
+from usertcp.extras import available
+
 T = TypeVar("T")
 
 
@@ -24,7 +26,7 @@ def progress(iterable: Iterable[T], total: int | None = None, label: str = "work
         total = len(iterable)  # type: ignore[arg-type]
     if tty is None:
         tty = sys.stdout.isatty()
-    if tty:
+    if tty and available("rich"):     # plain lines without the [cli] extra
         from rich.progress import Progress
 
         with Progress(transient=False) as bar:

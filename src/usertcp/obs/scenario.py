@@ -34,6 +34,9 @@ class Transfer:
     sent: int = 0
     received: int = 0
     done: bool = False
+    # When the exchange ended: both FINs acknowledged (the TIME_WAIT that follows is not part
+    # of it), or the time the run stopped.
+    finished_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -82,7 +85,15 @@ def run_transfer(*, size: int = 1_000_000, loss: float = 0.02, seed: int = 1, st
         conn.close(drv.now())
         drv.run_until(lambda: sc.fin_received, 10.0)
         sc.close(drv.now())
+        drv.run_until(lambda: _fins_acked(conn, sc), 120.0)
+        tr.finished_at = drv.now()
         drv.run_until(lambda: not client.connections and not server.connections, 120.0)
     else:
         drv.kick()
+        tr.finished_at = drv.now()
     return tr
+
+
+def _fins_acked(client: Connection, server: Connection) -> bool:
+    """Both directions closed and acknowledged: what is left is the client's TIME_WAIT."""
+    return client.state in (State.TIME_WAIT, State.CLOSED) and server.state is State.CLOSED

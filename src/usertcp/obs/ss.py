@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
-from collections.abc import Iterable, Sequence
+import textwrap
+from collections.abc import Sequence
 from typing import Any
 
+from usertcp.cli import parse_size
 from usertcp.tcp.congestion import INFINITE_SSTHRESH
 from usertcp.tcp.connection import State
 from usertcp.tcp.stack import Stack
 
+# ss indents the tcp_info line with a tab and a space: 9 columns on a terminal.
+_INDENT = "\t "
+_INDENT_COLUMNS = 9
 CA_STATES = ("Open", "Disorder", "CWR", "Recovery", "Loss")
 # ss's short state names.
 SS_STATE = {
@@ -89,8 +95,8 @@ def _num(v: float) -> str:
     return f"{v:.3f}".rstrip("0").rstrip(".")
 
 
-def _detail(r: dict[str, Any]) -> str:
-    """The indented tcp_info line of ``ss -ti``."""
+def _detail(r: dict[str, Any], width: int | None = None) -> str:
+    """The indented tcp_info line of ``ss -ti``, wrapped to ``width`` columns when given."""
     parts = [f"rto:{_num(r['rto_ms'])}", f"rtt:{_num(r['rtt_ms'])}/{_num(r['rttvar_ms'])}",
              f"mss:{r['mss']}", f"cwnd:{r['cwnd']}"]
     if r["ssthresh"] is not None:
@@ -108,11 +114,20 @@ def _detail(r: dict[str, Any]) -> str:
         parts.append(f"minrtt:{_num(r['min_rtt_ms'])}")
     if r["ca_state"] != "Open":
         parts.append(f"ca:{r['ca_state']}")
-    return "\t " + " ".join(parts)
+    if width is None:
+        return _INDENT + " ".join(parts)
+    # Wrapped at field boundaries, never inside one (a terminal would split "rtt:1.2/0.6").
+    room = max(width - _INDENT_COLUMNS, 20)
+    return "\n".join(_INDENT + line for line in textwrap.wrap(" ".join(parts), room,
+                                                              break_long_words=False))
 
 
-def format_ss(source: Stack | Sequence[dict[str, Any]], *, info: bool = True) -> str:
-    """Text like ``ss -tni`` (``info=False``: ``ss -tn``) for a stack or rows of :func:`ss_rows`."""
+def format_ss(source: Stack | Sequence[dict[str, Any]], *, info: bool = True, width: int | None = None
+              ) -> str:
+    """Text like ``ss -tni`` (``info=False``: ``ss -tn``) for a stack or rows of :func:`ss_rows`.
+
+    ``width`` (a terminal's columns) wraps the tcp_info line to fit; addresses are never cut.
+    """
     rows = ss_rows(source) if isinstance(source, Stack) else list(source)
     lw = max([len("Local Address:Port")] + [len(r["local"]) for r in rows])
     header = f"{'State':<11}{'Recv-Q':>7} {'Send-Q':>7} {'Local Address:Port':<{lw}}  Peer Address:Port"
@@ -120,21 +135,8 @@ def format_ss(source: Stack | Sequence[dict[str, Any]], *, info: bool = True) ->
     for r in rows:
         lines.append(f"{r['state']:<11}{r['recv_q']:>7} {r['send_q']:>7} {r['local']:<{lw}}  {r['peer']}")
         if info and r["state"] != "LISTEN":
-            lines.append(_detail(r))
+            lines.append(_detail(r, width))
     return "\n".join(lines) + "\n"
-
-
-def _rich_table(title: str, rows: Iterable[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    cols = ["state", "recv_q", "send_q", "local", "peer", "cwnd", "ssthresh", "rtt_ms", "rto_ms",
-            "unacked", "retrans", "total_retrans", "ca_state"]
-    for c in cols:
-        table.add_column(c, justify="left" if c in ("state", "local", "peer", "ca_state") else "right")
-    for r in rows:
-        table.add_row(*("" if r.get(c) is None else str(r.get(c)) for c in cols))
-    return table
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -148,7 +150,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--demo", action="store_true",
                      help="run a short in-memory transfer and look at its two stacks (the default)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--size", type=int, default=1_000_000, help="demo: bytes to transfer (%(default)s)")
+    parser.add_argument("--size", type=parse_size, default=1_000_000,
+                        help="demo: bytes to transfer (%(default)s; 5M, 64Ki... allowed)")
     parser.add_argument("--loss", type=float, default=0.02, help="demo: packet loss (%(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="demo: random seed (%(default)s)")
     parser.add_argument("--at", type=float, default=0.5, metavar="FRACTION",
@@ -189,14 +192,10 @@ def cli(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"stack": s.get("stack", ""), "connections": s["connections"]} for s in snaps]))
         return 0
-    tty = sys.stdout.isatty()
+    # On a terminal the ss -ti layout is fitted to its width (a wide table would cut addresses
+    # and lose the tcp_info line on 80 columns); piped output keeps one tcp_info line per socket.
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     for snap in snaps:
-        title = f"stack {snap.get('stack') or '?'} at t={snap.get('time', 0):.3f}s"
-        if tty:
-            from rich.console import Console
-
-            Console().print(_rich_table(title, snap["connections"]))
-        else:
-            print(f"# {title}")
-            print(format_ss(snap["connections"], info=not args.no_info), end="")
+        print(f"# stack {snap.get('stack') or '?'} at t={snap.get('time', 0):.3f}s")
+        print(format_ss(snap["connections"], info=not args.no_info, width=width), end="")
     return 0

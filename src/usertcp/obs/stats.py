@@ -56,6 +56,12 @@ def write_stats_file(path: str | os.PathLike[str], *stacks: Stack, now: float | 
     snaps = [stats_snapshot(s, now=now) for s in stacks]
     obj: dict[str, Any] = snaps[0] if len(snaps) == 1 else {"format": FORMAT, "version": VERSION,
                                                             "stacks": snaps}
+    write_json_atomically(path, obj)
+
+
+def write_json_atomically(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as JSON to a temporary file next to ``path``, then rename it over ``path``:
+    a reader sees the old file or the new one, never half of one."""
     directory = os.path.dirname(os.fspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=".stats-", suffix=".json", dir=directory)
     try:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TextIO
 
+from usertcp.cli import parse_size
 from usertcp.net.memnet import LinkDirection, Network
 from usertcp.tcp.congestion import INFINITE_SSTHRESH
 from usertcp.tcp.connection import Connection
@@ -287,7 +288,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="TRACE.jsonl", help="trace file to write")
     parser.add_argument("--pcap", metavar="FILE.pcap", help="also capture every packet (LINKTYPE_RAW)")
     parser.add_argument("--plot", metavar="OUT.png", help="also draw the trace (needs matplotlib)")
-    parser.add_argument("--size", type=int, default=500_000, help="bytes to transfer (%(default)s)")
+    parser.add_argument("--size", type=parse_size, default=500_000,
+                        help="bytes to transfer (%(default)s; 5M, 64Ki... allowed)")
     parser.add_argument("--loss", type=float, default=0.02, help="packet loss probability (%(default)s)")
     parser.add_argument("--delay", type=float, default=0.005, help="one-way delay, seconds (%(default)s)")
     parser.add_argument("--bandwidth", type=float, default=20e6, help="link rate, bit/s (%(default)s)")
@@ -298,6 +300,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def cli(args: argparse.Namespace) -> int:
     from usertcp.net.pcap import PcapWriter
     from usertcp.obs.scenario import run_transfer
+
+    if args.plot:       # before the run: a missing matplotlib is one line, not a late traceback
+        from usertcp.extras import require
+
+        require("matplotlib", "usertcp trace --plot")
 
     tracer = JsonLinesTracer(args.output)
     pcap = PcapWriter(args.pcap) if args.pcap else None
@@ -317,7 +324,10 @@ def cli(args: argparse.Namespace) -> int:
         if pcap is not None:
             pcap.close()
     summary: dict[str, Any] = {"trace": args.output, "events": tracer.count, "ok": tr.done,
-                               "bytes": tr.received, "duration_s": round(tr.driver.now(), 6),
+                               "bytes": tr.received,
+                               # The transfer and its FIN exchange, not the 60 s TIME_WAIT after it
+                               # (the plot's time axis ends there too).
+                               "duration_s": round(tr.finished_at, 6),
                                "retransmissions": tr.client.counters["TcpRetransSegs"],
                                "pcap": args.pcap, "plot": args.plot}
     if args.plot:
