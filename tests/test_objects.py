@@ -25,7 +25,7 @@ from usertcp.objects import (
     Sqe,
     Store,
 )
-from usertcp.tcp.connection import Connection
+from usertcp.tcp.connection import Connection, ReceiveClaimedError
 from usertcp.tcp.stack import Stack
 
 
@@ -267,14 +267,37 @@ def test_socket_api_readers_get_ebusy_while_collected() -> None:
     assert pair.driver.run_until(lambda: ss.connection.readable_bytes == 5, 5)
     for reader in (lambda: ss.recv(10), lambda: ss.recv_into(bytearray(10)),
                    lambda: ss.recv(10, sockets.MSG_PEEK)):
-        try:
+        with pytest.raises(OSError) as e:
             reader()
-        except OSError as e:
-            assert e.errno == errno.EBUSY
-        else:
-            pytest.xfail("usertcp.api.sockets does not check conn.collector yet (EBUSY check "
-                         "requested from the lead)")
+        assert e.value.errno == errno.EBUSY
     assert ss.connection.readable_bytes == 5      # no reader took the collector's bytes
+
+
+def test_core_readers_get_ebusy_and_the_collector_keeps_its_offsets() -> None:
+    pair, client, server, store, ring = env()
+    sid = collect(ring, server)
+    push(pair, client, b"0123456789")
+    assert pair.driver.run_until(lambda: server.readable_bytes == 10, 5)
+    # The core refuses every reader while the collector holds the claim, so no byte moves
+    # under the collector's offsets (before: recv() returned b"0123" and the capture below
+    # took b"456789" plus whatever came next).
+    with pytest.raises(ReceiveClaimedError) as e:
+        server.recv(4, pair.now)
+    assert e.value.errno == errno.EBUSY
+    with pytest.raises(OSError) as e2:
+        server.recv_into(memoryview(bytearray(4)), pair.now)
+    assert e2.value.errno == errno.EBUSY
+    assert server.readable_bytes == 10
+    assert not server.claim_receive(object())        # one owner at a time
+    ring.prep_recv_object(sid, 0, 6, 1)
+    h = one(ring).res
+    ring.prep_read_object(h, 0, 6, 2)
+    assert one(ring).data == b"012345"
+    ring.prep_detach(sid, 3)
+    assert one(ring).res == 0
+    assert server.recv(10, pair.now) == b"6789"      # the claim is gone: reads resume
+    store.close()
+    assert store.is_empty()
 
 
 def test_undecided_bytes_hold_the_window_closed() -> None:

@@ -338,7 +338,7 @@ class Store:
         if conn is None:
             raise OpError(errno.EBADF)
         if conn.collector is not None:
-            raise OpError(errno.EBUSY)
+            raise OpError(errno.EBUSY)       # one receive owner (the design's patch 1)
         if conn.state not in (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2,
                               State.CLOSE_WAIT, State.CLOSING, State.LAST_ACK, State.TIME_WAIT):
             raise OpError(errno.ENOTCONN)
@@ -347,8 +347,9 @@ class Store:
         sid = self._next_sid
         self._next_sid += 1
         st = _Stream(sid, conn)
+        if not conn.claim_receive(st):   # the receive claim: every other reader gets EBUSY
+            raise OpError(errno.EBUSY)
         self._streams[sid] = st
-        conn.collector = st        # the receive claim: every other reader gets EBUSY
 
         def on_readable(c: Connection, st: _Stream = st) -> None:
             # A pass per segment would cost more than the copy it saves: run one only when an
@@ -380,7 +381,7 @@ class Store:
         # Reads resume at ``front``: bytes not yet dropped (even ones a capture took a
         # reference to, or a cancelled capture had started on) are readable again.
         conn = st.conn
-        conn.collector = None
+        conn.release_receive(st)
         if conn.on_readable is st.hook:
             conn.on_readable = st.prev_readable
         del self._streams[sid]
@@ -453,13 +454,10 @@ class Store:
                 keep.append((s, e))
         st.decided = [(s, e) for s, e in keep if e > front]
         if front > st.front:
-            conn = st.conn
-            conn.rcv_buf.discard(front - st.front)
-            st.front = front
             # Inside a segment callback the ACK the stack is about to send carries the
             # new window; from the application it needs a window update of its own.
-            if not in_cb:
-                conn._after_read(self.now())
+            st.conn.consume_claimed(st, front - st.front, None if in_cb else self.now())
+            st.front = front
 
     def _finish_rx(self, op: _RxOp) -> None:
         n = op.pos - op.start
