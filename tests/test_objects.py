@@ -25,6 +25,7 @@ from usertcp.objects import (
     Sqe,
     Store,
 )
+from usertcp.tcp.buffers import MemAccount
 from usertcp.tcp.connection import Connection, ReceiveClaimedError
 from usertcp.tcp.stack import Stack
 
@@ -347,7 +348,8 @@ def test_pending_capture_larger_than_the_window_and_eof() -> None:
     ring.prep_inspect(sid, AT_TAIL, 10, 4)
     c = one(ring)
     assert (c.res, c.data) == (0, b"")            # INSPECT reports the EOF as 0 bytes
-    assert store.used == len(data)
+    # Charged: the packets the object keeps alive (payload and headers), exactly.
+    assert store.used == store.pinned_bytes() and len(data) < store.used < len(data) * 1.05
     store.close()
     assert store.is_empty()
 
@@ -366,6 +368,76 @@ def test_capture_over_budget_fails_and_the_bytes_stay() -> None:
     one(ring)
     store.close()
     assert store.is_empty()
+
+
+def _capture_heads(pair: Pair, client: Connection, ring: Ring, sid: int, n: int, head: int) -> list[int]:
+    """``n`` separate MSS packets arrive; capture the first ``head`` bytes of each, discard
+    the rest: each object is a small part of its own packet."""
+    for i in range(n):
+        push(pair, client, bytes([i]) * 1448)
+        pair.driver.run_until(lambda: False, 0.01)       # one packet per write
+    for i in range(n):
+        ring.prep_recv_object(sid, AT_TAIL, head, 1000 + i)
+        ring.prep_discard(sid, 1448 - head, 2000 + i)
+    cqes = wait(pair, ring, 2 * n)
+    handles = [c.res for c in sorted(cqes, key=lambda c: c.user_data) if c.user_data < 2000]
+    assert all(h > 0 for h in handles), handles
+    return handles
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.25])
+def test_budget_bounds_the_buffers_objects_pin(ratio: float) -> None:
+    # Before: 100 captured 10-byte objects were charged 1,000 bytes and pinned 100 packets
+    # (~150,000 bytes) against a 2,000-byte budget.
+    pair, client, server, store, ring = env(budget=2000, compact_ratio=ratio)
+    sid = collect(ring, server)
+    handles = _capture_heads(pair, client, ring, sid, 100, 10)
+    assert store.pinned_bytes() <= store.used <= store.budget
+    assert store.used == 1000 and store.stats["compactions"] > 0
+    for i, h in enumerate(handles):
+        ring.prep_read_object(h, 0, 10, 3)
+        assert one(ring).data == bytes([i]) * 10
+    store.close()
+    assert store.is_empty()
+
+
+def test_compaction_runs_before_admission_fails() -> None:
+    pair, client, server, store, ring = env(budget=12_000, compact_ratio=0)
+    sid = collect(ring, server)
+    handles = _capture_heads(pair, client, ring, sid, 5, 1000)
+    assert store.stats["compactions"] == 0 and store.used > 5 * 1448   # whole packets, by reference
+    ring.prep_create(b"c" * 6000, 7)              # fits only once the packets are compacted
+    c = one(ring)
+    assert c.res > 0 and store.stats["compactions"] > 0
+    assert store.pinned_bytes() <= store.used <= store.budget
+    for i, h in enumerate(handles):               # same handles, same bytes
+        ring.prep_read_object(h, 0, 1000, 8)
+        assert one(ring).data == bytes([i]) * 1000
+    ring.prep_create(b"d" * 12_000, 9)            # can never fit: fails, changes nothing
+    used = store.used
+    assert one(ring).res == -errno.ENOBUFS and store.used == used
+    store.close()
+    assert store.is_empty()
+
+
+def test_store_and_stack_memory_are_one_account() -> None:
+    pair, client, server, store, ring = env(budget=1 << 20)
+    sid = collect(ring, server)                   # the store counts in b's tcp_mem from now on
+    assert store.mem is pair.b.mem
+    _capture_heads(pair, client, ring, sid, 4, 1448)
+    assert pair.b.mem.used == store.used > 4 * 1448     # b's buffers are empty: all is objects
+    store.close()
+    assert pair.b.mem.used == 0
+    # The stack-wide limit refuses what the budget alone would admit.
+    limited = Store(1 << 20, mem=MemAccount(5000))
+    r = Ring(limited)
+    r.prep_create(b"x" * 4000, 1)
+    assert one(r).res > 0
+    r.prep_create(b"y" * 4000, 2)
+    assert one(r).res == -errno.ENOBUFS
+    assert limited.mem is not None and limited.mem.used == limited.used == 4000
+    limited.close()
+    assert limited.mem.used == 0
 
 
 def test_detach_cancels_pending_operations() -> None:
