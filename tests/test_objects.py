@@ -699,9 +699,19 @@ def test_rings_in_threads_share_a_store_on_a_real_time_driver() -> None:
 def test_objects_benchmark_reports_every_figure() -> None:
     from usertcp.bench import objects as bench
 
-    r = bench.run(total=1 << 20, send_total=1 << 20, ranges_total=256 << 10)
-    assert set(r["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
-    assert list(r["sender_cpu_s_per_gb"]["objsend"]) == ["1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB"]
-    assert all(v > 0 for v in r["receiver_cpu_s_per_gb"].values())
+    r = bench.run(total=1 << 20, send_total=1 << 20, ranges_total=256 << 10, tun=False)
+    assert set(r["links"]) == {"mss", "offload"}
+    for link in r["links"].values():
+        assert set(link["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
+        assert all(v > 0 for v in link["receiver_cpu_s_per_gb"].values())
+        assert list(link["sender_cpu_s_per_gb"]["objsend"]) == ["1KiB", "4KiB", "16KiB", "64KiB",
+                                                                "256KiB", "1MiB"]
+    # The offload link really carries large packets; the MSS link does not.
+    assert r["links"]["offload"]["bytes_per_data_packet"]["capture"] > 16384
+    assert r["links"]["mss"]["bytes_per_data_packet"]["capture"] <= 1500     # the MTU
+    for key in ("paced", "bandwidth_limited"):
+        assert set(r[key]["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
+    assert r["tun_offload_kernel_sender"] == {"skipped": "not requested"}
+    assert "MSG_ZEROCOPY" in r["msg_zerocopy"]
     assert r["anchors"]["send_1k_8_ranges_vs_1_times_cheaper"] == 3.6
-    assert "send_1k_8_ranges_vs_1_times_cheaper" in r["ours"]
+    assert "send_1k_8_ranges_vs_1_times_cheaper" in r["ours_offload"]
