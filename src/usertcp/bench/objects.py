@@ -194,7 +194,8 @@ def _bulk_sender(bed: _Bed, total: int, chunk: bytes, paced_bps: float | None) -
     return step
 
 
-def _receiver(mode: str, bed: _Bed, total: int, write: int) -> tuple[Callable[[], bool], list[int]]:
+def _receiver(mode: str, bed: _Bed, total: int, write: int,
+              compact_ratio: float = 0.0) -> tuple[Callable[[], bool], list[int]]:
     """The receiving application for ``mode``; returns its step and its byte counter."""
     rx = bed.rx
     got = [0]
@@ -210,7 +211,7 @@ def _receiver(mode: str, bed: _Bed, total: int, write: int) -> tuple[Callable[[]
                 bed.app_rx += _pt() - t
             return got[0] >= total
         return step, got
-    store = Store(8 * MiB, driver=bed.drv, compact_ratio=0)
+    store = Store(8 * MiB, driver=bed.drv, compact_ratio=compact_ratio)
     ring = Ring(store)
     ring.prep_collect(rx, 0)
     ring.submit()
@@ -251,11 +252,12 @@ def _receiver(mode: str, bed: _Bed, total: int, write: int) -> tuple[Callable[[]
 
 
 def receive(mode: str, total: int, link: LinkConfig, *, write: int = 64 * KiB,
-            paced_bps: float | None = None) -> dict[str, float]:
-    """Receiver-host CPU seconds per GB for ``mode`` in recv/capture/discard."""
+            paced_bps: float | None = None, compact_ratio: float = 0.0) -> dict[str, float]:
+    """Receiver-host CPU seconds per GB for ``mode`` in recv/capture/discard. ``compact_ratio``
+    is the store's: 0 keeps every captured fragment by reference (the whole buffer charged)."""
     bed = _Bed(link)
     send = _bulk_sender(bed, total, bytes(write), paced_bps)
-    rstep, got = _receiver(mode, bed, total, write)
+    rstep, got = _receiver(mode, bed, total, write, compact_ratio)
 
     def step() -> bool:
         send()

@@ -13,13 +13,14 @@ neighbouring bytes included), until the last version holding it is gone (a freed
 whose bytes a queued send still needs stays counted until that send has handed them to
 TCP). Besides buffers: the full length of every pending RECV_OBJECT (reserved at issue,
 so a capture can never overrun the budget halfway) and the prefix/suffix copies of
-queued sends. A captured fragment that fills less than ``compact_ratio`` of a buffer the
-store does not hold yet is copied into store-owned memory instead (the design: "a
-fragment nothing else shares is kept by reference, the rest is copied"); a capture whose
-buffers do not fit is copied whole. Before an admission fails, objects whose buffers cost
-more than their bytes are compacted. The store charges the same bytes to the stack-wide
-memory account (Linux tcp_mem, ``Stack.mem``) of the first connection it collects or sends
-on, so the stack's limit and the store's budget count one memory. Bytes already handed to
+queued sends. With ``compact_ratio`` set, a captured fragment that fills less than that
+fraction of a buffer the store does not hold yet is copied into store-owned memory
+instead (the design copies "the rest"; by default nothing is copied at capture, see
+docs/objects.md for the measurement); a capture whose buffers do not fit is copied whole.
+Before an admission fails, objects whose buffers cost more than their bytes are compacted.
+The store charges the same bytes to the stack-wide memory account (Linux tcp_mem,
+``Stack.mem``) of the first connection it collects or sends on, so the stack's limit and
+the store's budget count one memory. Bytes already handed to
 TCP belong to the socket's send buffer, which ``send_space`` bounds. An operation that
 would exceed the budget or a table completes with ``-ENOBUFS``/``-EMFILE`` and changes
 nothing.
@@ -201,9 +202,10 @@ class Store:
 
     ``budget`` bytes of accounted memory; ``max_objects`` live object versions,
     ``max_streams`` collected sockets, ``max_extents`` views held by all objects
-    (fixed at creation). ``compact_ratio``: an object captured from a stream whose
-    bytes are below this fraction of the receive buffers it pins is copied into dense
-    backing at once (0 turns automatic compaction off). ``driver`` supplies the clock,
+    (fixed at creation). ``compact_ratio``: a captured fragment that fills less than this
+    fraction of a buffer the store does not hold yet is copied at capture (default 0:
+    every fragment is kept by reference, its whole buffer charged, and compaction runs
+    only when an admission needs the room; measured in docs/objects.md). ``driver`` supplies the clock,
     the stack lock and ``kick()`` (flush packets after application-side operations).
     """
 
@@ -212,7 +214,7 @@ class Store:
                  "_streams", "_next_sid", "_tx", "stats", "mem", "_bufs")
 
     def __init__(self, budget: int, *, max_objects: int = 4096, max_streams: int = 64,
-                 max_extents: int = 1 << 20, compact_ratio: float = 0.25,
+                 max_extents: int = 1 << 20, compact_ratio: float = 0.0,
                  driver: DriverLike | None = None, mem: MemAccount | None = None) -> None:
         if budget < 0 or max_objects < 1 or max_streams < 1 or max_extents < 1:
             raise ValueError("budget and table sizes must be positive")
@@ -348,8 +350,11 @@ class Store:
             return False          # compacting everything would not be enough: change nothing
         waste.sort(key=lambda w: -w[0])
         done = False
+        # Some headroom, so that a store at its budget does not scan its objects on every
+        # admission: compaction then runs once per budget/8 bytes admitted at most.
+        want = need + self.budget // 8
         for saved, obj in waste:
-            if saved <= 0 or self._fits(need):
+            if saved <= 0 or self._fits(want):
                 break
             self._densify(obj)
             done = True
