@@ -78,23 +78,30 @@ _pt = time.process_time
 
 
 class _Metered:
-    """An endpoint wrapper that charges the stack's CPU to its host."""
+    """An endpoint wrapper that charges the stack's CPU to its host. ``ledger[0]`` sums what
+    every metered endpoint of the bed charged, so that an application call that triggers
+    stack work (a kick flushes both hosts) does not count that work a second time."""
 
-    __slots__ = ("inner", "cpu")
+    __slots__ = ("inner", "cpu", "ledger")
 
-    def __init__(self, inner: Stack) -> None:
+    def __init__(self, inner: Stack, ledger: list[float]) -> None:
         self.inner = inner
         self.cpu = 0.0
+        self.ledger = ledger
 
     def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False) -> None:
         t = _pt()
         self.inner.receive(packet, now, checksum_verified=checksum_verified)
-        self.cpu += _pt() - t
+        dt = _pt() - t
+        self.cpu += dt
+        self.ledger[0] += dt
 
     def datagrams_to_send(self) -> list[TxPacket]:
         t = _pt()
         out = self.inner.datagrams_to_send()
-        self.cpu += _pt() - t
+        dt = _pt() - t
+        self.cpu += dt
+        self.ledger[0] += dt
         return out
 
     def get_timer(self) -> float | None:
@@ -103,7 +110,9 @@ class _Metered:
     def handle_timer(self, now: float) -> None:
         t = _pt()
         self.inner.handle_timer(now)
-        self.cpu += _pt() - t
+        dt = _pt() - t
+        self.cpu += dt
+        self.ledger[0] += dt
 
     # What an offload link sets on the stack it serves (memnet duck-types a Stack).
     @property
@@ -129,7 +138,8 @@ class _Bed:
     def __init__(self, link: LinkConfig) -> None:
         self.net = Network(seed=1)
         self.a, self.b = Stack(["10.0.0.1"], name="tx"), Stack(["10.0.0.2"], name="rx")
-        self.ma, self.mb = _Metered(self.a), _Metered(self.b)
+        self.ledger = [0.0]
+        self.ma, self.mb = _Metered(self.a, self.ledger), _Metered(self.b, self.ledger)
         ha = self.net.add_host(self.ma, ["10.0.0.1"])
         hb = self.net.add_host(self.mb, ["10.0.0.2"])
         self.link = self.net.connect(ha, hb, link)
@@ -152,6 +162,13 @@ class _Bed:
         if not self.drv.run_until(step, 1e6):
             raise RuntimeError(f"benchmark {what} stalled")
         self.total = _pt() - self.t0
+
+    def mark(self) -> tuple[float, float]:
+        return _pt(), self.ledger[0]
+
+    def own(self, mark: tuple[float, float]) -> float:
+        """CPU since ``mark`` minus what the metered stacks charged meanwhile."""
+        return (_pt() - mark[0]) - (self.ledger[0] - mark[1])
 
     @property
     def cpu_tx(self) -> float:
@@ -176,7 +193,7 @@ def _bulk_sender(bed: _Bed, total: int, chunk: bytes, paced_bps: float | None) -
     gap = len(chunk) * 8 / paced_bps if paced_bps else 0.0
 
     def step() -> None:
-        t = _pt()
+        mk = bed.mark()
         now = bed.drv.now()
         while sent[0] < total and tx.send_space > 0 and now >= next_at[0]:
             left = total - sent[0]
@@ -189,7 +206,7 @@ def _bulk_sender(bed: _Bed, total: int, chunk: bytes, paced_bps: float | None) -
             if n < len(chunk):
                 break
         bed.drv.kick()
-        bed.app_tx += _pt() - t
+        bed.app_tx += bed.own(mk)
 
     return step
 
@@ -204,11 +221,11 @@ def _receiver(mode: str, bed: _Bed, total: int, write: int,
 
         def step() -> bool:
             if rx.readable_bytes >= min(write, total - got[0]):
-                t = _pt()
+                mk = bed.mark()
                 while rx.readable_bytes:
                     got[0] += rx.recv_into(buf, bed.drv.now())
                 bed.drv.kick()
-                bed.app_rx += _pt() - t
+                bed.app_rx += bed.own(mk)
             return got[0] >= total
         return step, got
     store = Store(8 * MiB, driver=bed.drv, compact_ratio=compact_ratio)
@@ -234,7 +251,7 @@ def _receiver(mode: str, bed: _Bed, total: int, write: int,
 
     def ring_step() -> bool:
         if ring.cq_ready:
-            t = _pt()
+            mk = bed.mark()
             for c in ring.reap():
                 inflight[0] -= 1
                 if c.res < 0:
@@ -246,7 +263,7 @@ def _receiver(mode: str, bed: _Bed, total: int, write: int,
                 elif mode == "discard":
                     got[0] += c.res
             refill()
-            bed.app_rx += _pt() - t
+            bed.app_rx += bed.own(mk)
         return got[0] >= total
     return ring_step, got
 
@@ -311,13 +328,13 @@ def send(mode: str, size: int, total: int, link: LinkConfig, ranges: int = 1) ->
 
         def step() -> bool:
             if state["sent"] < total and tx.send_space > 0:
-                t = _pt()
+                mk = bed.mark()
                 while state["sent"] < total and tx.send_space > 0:
                     n = tx.send(view[state["off"]:], bed.drv.now())   # copies: a mutable buffer
                     state["sent"] += n
                     state["off"] = (state["off"] + n) % size
                 bed.drv.kick()
-                bed.app_tx += _pt() - t
+                bed.app_tx += bed.own(mk)
             return drain() >= total
     else:
         store = Store(64 * MiB, driver=bed.drv)
@@ -332,14 +349,14 @@ def send(mode: str, size: int, total: int, link: LinkConfig, ranges: int = 1) ->
 
         def step() -> bool:
             if (st["inflight"] < queue_limit and st["issued"] < total) or ring.cq_ready:
-                t = _pt()
+                mk = bed.mark()
                 st["inflight"] -= len(ring.reap())
                 while st["inflight"] < queue_limit and st["issued"] < total:
                     ring.prep_obj_send(tx, vec, 1)
                     st["issued"] += per
                     st["inflight"] += 1
                 ring.submit()
-                bed.app_tx += _pt() - t
+                bed.app_tx += bed.own(mk)
             return drain() >= total
     bed.run(step, f"send {mode} {size}")
     return bed.cpu_tx / total * 1e9

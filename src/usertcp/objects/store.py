@@ -557,17 +557,22 @@ class Store:
 
     def _advance(self, st: _Stream, *, in_cb: bool) -> None:
         """Drop decided bytes at the front of rcv_buf and let the window open."""
-        if not st.decided:
+        decided = st.decided
+        if not decided:
             return
-        st.decided.sort()
         front = st.front
-        keep: list[tuple[int, int]] = []
-        for s, e in st.decided:
-            if s <= front:
-                front = max(front, e)
-            else:
-                keep.append((s, e))
-        st.decided = [(s, e) for s, e in keep if e > front]
+        if len(decided) == 1 and decided[0][0] <= front:     # in-order parsing: the usual case
+            front = max(front, decided[0][1])
+            st.decided = []
+        else:
+            decided.sort()
+            keep: list[tuple[int, int]] = []
+            for s, e in decided:
+                if s <= front:
+                    front = max(front, e)
+                else:
+                    keep.append((s, e))
+            st.decided = [(s, e) for s, e in keep if e > front]
         if front > st.front:
             # Inside a segment callback the ACK the stack is about to send carries the
             # new window; from the application it needs a window update of its own.
