@@ -207,7 +207,7 @@ class Ring:
     def wait_cqe(self, timeout: float | None = None) -> Cqe | None:
         """Wait for one completion (running the simulation forward on a virtual-time
         driver, sleeping on a real-time one); None if ``timeout`` passes first."""
-        drv = self.store._driver
+        drv = self.store.driver
         if drv is not None and hasattr(drv, "wait_until"):
             drv.wait_until(lambda: bool(self._cq), timeout)
         else:
@@ -225,7 +225,7 @@ class Ring:
     def submit_and_wait(self, wait_nr: int = 1, timeout: float | None = None) -> list[Cqe]:
         """Submit, then wait until ``wait_nr`` completions are ready (or the timeout)."""
         self.submit()
-        drv = self.store._driver
+        drv = self.store.driver
         if drv is not None and hasattr(drv, "wait_until"):
             drv.wait_until(lambda: self.cq_ready >= wait_nr, timeout)
         else:

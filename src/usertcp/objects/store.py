@@ -247,6 +247,11 @@ class Store:
     def now(self) -> float:
         return self._driver.now() if self._driver is not None else time.monotonic()
 
+    @property
+    def driver(self) -> DriverLike | None:
+        """The driver the store was created with (clock, stack lock, kick), or None."""
+        return self._driver
+
     def kick(self) -> None:
         if self._driver is not None:
             self._driver.kick()
