@@ -716,3 +716,31 @@ def test_objects_benchmark_reports_every_figure() -> None:
     assert "MSG_ZEROCOPY" in r["msg_zerocopy"]
     assert r["anchors"]["send_1k_8_ranges_vs_1_times_cheaper"] == 3.6
     assert "send_1k_8_ranges_vs_1_times_cheaper" in r["ours_offload"]
+
+
+def test_capture_and_discard_over_an_offload_link_copy_no_payload_byte() -> None:
+    pair = make_pair(LinkConfig(delay=0.001, offload=True))
+    client, server = pair.open()
+    packets: list[bytes] = []           # kept alive, so their ids stay theirs
+    pair.net.add_tap(lambda pkt, _t, _d: packets.append(pkt), link=pair.link.ab, where="deliver")
+    store = Store(8 << 20, driver=pair.driver)
+    ring = Ring(store)
+    sid = collect(ring, server)
+    body = os.urandom(512 << 10)
+    ring.prep_discard(sid, 100_000, 1)
+    ring.prep_recv_object(sid, AT_TAIL, len(body) - 100_000, 2)
+    ring.submit()
+    push(pair, client, body)
+    cqes = {c.user_data: c for c in wait(pair, ring, 2)}
+    assert cqes[1].res == 100_000
+    obj = store._objects[cqes[2].res]
+    # Every extent is a slice of a packet as the link delivered it (mostly 64 KiB ones):
+    # nothing was copied.
+    delivered = {id(p) for p in packets}
+    assert all(id(v.obj) in delivered for v in obj.views)
+    assert max(map(len, packets)) > 32768 and len(obj.views) < len(body) // 8192
+    assert store.stats["compacted_bytes"] == 0
+    assert b"".join(obj.views) == body[100_000:]
+    assert store.used == store.pinned_bytes() < len(body)
+    store.close()
+    assert store.is_empty()
