@@ -11,9 +11,11 @@ from ipaddress import ip_address
 
 import pytest
 
+from pair import make_pair, transfer
 from usertcp.net.driver import RealTimeDriver, VirtualTimeDriver
-from usertcp.net.memnet import LinkConfig, Network
-from usertcp.wire.segment import Buffer, TxPacket
+from usertcp.net.memnet import LinkConfig, Network, software_gso
+from usertcp.wire.packet import build_packet, parse_packet
+from usertcp.wire.segment import ACK, CWR, FIN, PSH, Buffer, TxPacket
 
 A4, B4, C4 = "10.0.0.1", "10.0.0.2", "10.0.0.3"
 A6, B6 = "fd00::1", "fd00::2"
@@ -527,3 +529,61 @@ def test_real_time_timers_fire() -> None:
         assert probe.fired[0] >= deadline
     with pytest.raises(RuntimeError):
         drv.wait_until(lambda: False, 0.01)     # stopped
+
+
+# -- segmentation offload ------------------------------------------------------------------
+
+
+def _offload_transfer(config: LinkConfig, data: bytes, *,
+                      force_tso: bool = False) -> tuple[bytes, int, int, int]:
+    """``data`` a -> b over ``config``; (received bytes, packets a sent, largest packet a sent,
+    data packets b received)."""
+    pair = make_pair(config)
+    if force_tso:     # a stack that emits TSO packets onto a link without offload
+        pair.a.gso_max_size = 65000
+        pair.a.tx_csum_offload = True
+    sizes: list[int] = []
+    pair.net.add_tap(lambda pkt, _t, _d: sizes.append(len(pkt)), link=pair.link.ab, where="deliver")
+    client, server = pair.open()
+    got = transfer(pair, client, server, data)
+    st = pair.link.ab.stats
+    return got, st.sent, max(sizes), sum(1 for s in sizes if s > 100)
+
+
+def test_offload_link_carries_tso_packets_whole_and_the_bytes_are_identical() -> None:
+    data = bytes(range(256)) * 4096                        # 1 MiB
+    got_mss, sent_mss, largest_mss, _ = _offload_transfer(LinkConfig(delay=0.001), data)
+    got_tso, sent_tso, largest_tso, data_pkts = _offload_transfer(
+        LinkConfig(delay=0.001, offload=True), data)
+    assert got_mss == data and got_tso == data
+    assert largest_mss <= 1500 < 32768 < largest_tso <= 65535
+    assert sent_tso * 5 < sent_mss                          # far fewer packets
+    assert data_pkts * 10 < len(data) // 1448
+
+
+def test_link_without_offload_segments_tso_packets_in_software() -> None:
+    data = bytes(range(251)) * 2000
+    got, _, largest, data_pkts = _offload_transfer(LinkConfig(delay=0.001), data, force_tso=True)
+    assert got == data and largest <= 1500
+    assert data_pkts >= len(data) // 1448
+
+
+def test_software_gso_splits_headers_flags_and_checksums_as_linux() -> None:
+    body = bytes(range(256)) * 16 + b"xyz"                  # 4099 bytes: 1448 + 1448 + 1203
+    for src, dst in ((A4, B4), (A6, B6)):
+        pkt = build_packet(src=ip_address(src).packed, dst=ip_address(dst).packed, sport=1, dport=2,
+                           seq=0xFFFFFF00, ack=7, flags=ACK | PSH | FIN | CWR, window=100,
+                           options=b"\x01\x01\x08\x0a" + bytes(8), payload=(body,),
+                           csum_partial=True, gso_size=1448)
+        segs = [parse_packet(s) for s in software_gso(pkt)]     # checksums verified
+        assert [len(s.payload) for s in segs] == [1448, 1448, 1203]
+        assert b"".join(bytes(s.payload) for s in segs) == body
+        assert [s.seq for s in segs] == [0xFFFFFF00, (0xFFFFFF00 + 1448) & 0xFFFFFFFF,
+                                         (0xFFFFFF00 + 2896) & 0xFFFFFFFF]
+        assert [s.flags for s in segs] == [ACK | CWR, ACK, ACK | PSH | FIN]
+        assert all(s.ts_val == 0 and s.ack == 7 and s.window == 100 for s in segs)
+
+
+def test_offload_and_a_smaller_mtu_are_refused() -> None:
+    with pytest.raises(ValueError):
+        LinkConfig(offload=True, mtu=1500)

@@ -26,7 +26,8 @@ from usertcp.objects import (
     Sqe,
     Store,
 )
-from usertcp.tcp.connection import Connection
+from usertcp.tcp.buffers import MemAccount
+from usertcp.tcp.connection import Connection, ReceiveClaimedError
 from usertcp.tcp.stack import Stack
 from usertcp.wire.segment import TxPacket
 
@@ -243,7 +244,8 @@ def test_collect_claims_the_receive_side_and_offsets_start_at_attach() -> None:
     h = one(ring).res
     ring.prep_read_object(h, 0, 5, 8)
     assert one(ring).data == b"fghij"
-    assert server.readable_bytes == 0 and store.used == 5
+    # Charged: the packet the 5 bytes arrived in (the whole buffer the object keeps alive).
+    assert server.readable_bytes == 0 and store.used == store.pinned_bytes() > 5
     ring.prep_detach(sid, 9)
     assert one(ring).res == 0 and server.collector is None
     store.close()
@@ -273,6 +275,33 @@ def test_socket_api_readers_get_ebusy_while_collected() -> None:
             reader()
         assert excinfo.value.errno == errno.EBUSY
     assert ss.connection.readable_bytes == 5      # no reader took the collector's bytes
+
+
+def test_core_readers_get_ebusy_and_the_collector_keeps_its_offsets() -> None:
+    pair, client, server, store, ring = env()
+    sid = collect(ring, server)
+    push(pair, client, b"0123456789")
+    assert pair.driver.run_until(lambda: server.readable_bytes == 10, 5)
+    # The core refuses every reader while the collector holds the claim, so no byte moves
+    # under the collector's offsets (before: recv() returned b"0123" and the capture below
+    # took b"456789" plus whatever came next).
+    with pytest.raises(ReceiveClaimedError) as e:
+        server.recv(4, pair.now)
+    assert e.value.errno == errno.EBUSY
+    with pytest.raises(OSError) as e2:
+        server.recv_into(memoryview(bytearray(4)), pair.now)
+    assert e2.value.errno == errno.EBUSY
+    assert server.readable_bytes == 10
+    assert not server.claim_receive(object())        # one owner at a time
+    ring.prep_recv_object(sid, 0, 6, 1)
+    h = one(ring).res
+    ring.prep_read_object(h, 0, 6, 2)
+    assert one(ring).data == b"012345"
+    ring.prep_detach(sid, 3)
+    assert one(ring).res == 0
+    assert server.recv(10, pair.now) == b"6789"      # the claim is gone: reads resume
+    store.close()
+    assert store.is_empty()
 
 
 def test_undecided_bytes_hold_the_window_closed() -> None:
@@ -322,7 +351,8 @@ def test_pending_capture_larger_than_the_window_and_eof() -> None:
     ring.prep_inspect(sid, AT_TAIL, 10, 4)
     c = one(ring)
     assert (c.res, c.data) == (0, b"")            # INSPECT reports the EOF as 0 bytes
-    assert store.used == len(data)
+    # Charged: the packets the object keeps alive (payload and headers), exactly.
+    assert store.used == store.pinned_bytes() and len(data) < store.used < len(data) * 1.05
     store.close()
     assert store.is_empty()
 
@@ -341,6 +371,76 @@ def test_capture_over_budget_fails_and_the_bytes_stay() -> None:
     one(ring)
     store.close()
     assert store.is_empty()
+
+
+def _capture_heads(pair: Pair, client: Connection, ring: Ring, sid: int, n: int, head: int) -> list[int]:
+    """``n`` separate MSS packets arrive; capture the first ``head`` bytes of each, discard
+    the rest: each object is a small part of its own packet."""
+    for i in range(n):
+        push(pair, client, bytes([i]) * 1448)
+        pair.driver.run_until(lambda: False, 0.01)       # one packet per write
+    for i in range(n):
+        ring.prep_recv_object(sid, AT_TAIL, head, 1000 + i)
+        ring.prep_discard(sid, 1448 - head, 2000 + i)
+    cqes = wait(pair, ring, 2 * n)
+    handles = [c.res for c in sorted(cqes, key=lambda c: c.user_data) if c.user_data < 2000]
+    assert all(h > 0 for h in handles), handles
+    return handles
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.25])
+def test_budget_bounds_the_buffers_objects_pin(ratio: float) -> None:
+    # Before: 100 captured 10-byte objects were charged 1,000 bytes and pinned 100 packets
+    # (~150,000 bytes) against a 2,000-byte budget.
+    pair, client, server, store, ring = env(budget=2000, compact_ratio=ratio)
+    sid = collect(ring, server)
+    handles = _capture_heads(pair, client, ring, sid, 100, 10)
+    assert store.pinned_bytes() <= store.used <= store.budget
+    assert store.used == 1000 and store.stats["compactions"] > 0
+    for i, h in enumerate(handles):
+        ring.prep_read_object(h, 0, 10, 3)
+        assert one(ring).data == bytes([i]) * 10
+    store.close()
+    assert store.is_empty()
+
+
+def test_compaction_runs_before_admission_fails() -> None:
+    pair, client, server, store, ring = env(budget=12_000, compact_ratio=0)
+    sid = collect(ring, server)
+    handles = _capture_heads(pair, client, ring, sid, 5, 1000)
+    assert store.stats["compactions"] == 0 and store.used > 5 * 1448   # whole packets, by reference
+    ring.prep_create(b"c" * 6000, 7)              # fits only once the packets are compacted
+    c = one(ring)
+    assert c.res > 0 and store.stats["compactions"] > 0
+    assert store.pinned_bytes() <= store.used <= store.budget
+    for i, h in enumerate(handles):               # same handles, same bytes
+        ring.prep_read_object(h, 0, 1000, 8)
+        assert one(ring).data == bytes([i]) * 1000
+    ring.prep_create(b"d" * 12_000, 9)            # can never fit: fails, changes nothing
+    used = store.used
+    assert one(ring).res == -errno.ENOBUFS and store.used == used
+    store.close()
+    assert store.is_empty()
+
+
+def test_store_and_stack_memory_are_one_account() -> None:
+    pair, client, server, store, ring = env(budget=1 << 20)
+    sid = collect(ring, server)                   # the store counts in b's tcp_mem from now on
+    assert store.mem is pair.b.mem
+    _capture_heads(pair, client, ring, sid, 4, 1448)
+    assert pair.b.mem.used == store.used > 4 * 1448     # b's buffers are empty: all is objects
+    store.close()
+    assert pair.b.mem.used == 0
+    # The stack-wide limit refuses what the budget alone would admit.
+    limited = Store(1 << 20, mem=MemAccount(5000))
+    r = Ring(limited)
+    r.prep_create(b"x" * 4000, 1)
+    assert one(r).res > 0
+    r.prep_create(b"y" * 4000, 2)
+    assert one(r).res == -errno.ENOBUFS
+    assert limited.mem is not None and limited.mem.used == limited.used == 4000
+    limited.close()
+    assert limited.mem.used == 0
 
 
 def test_detach_cancels_pending_operations() -> None:
@@ -603,9 +703,47 @@ def test_rings_in_threads_share_a_store_on_a_real_time_driver() -> None:
 def test_objects_benchmark_reports_every_figure() -> None:
     from usertcp.bench import objects as bench
 
-    r = bench.run(total=1 << 20, send_total=1 << 20, ranges_total=256 << 10)
-    assert set(r["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
-    assert list(r["sender_cpu_s_per_gb"]["objsend"]) == ["1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB"]
-    assert all(v > 0 for v in r["receiver_cpu_s_per_gb"].values())
+    r = bench.run(total=1 << 20, send_total=1 << 20, ranges_total=256 << 10, tun=False)
+    assert set(r["links"]) == {"mss", "offload"}
+    for link in r["links"].values():
+        assert set(link["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
+        assert all(v > 0 for v in link["receiver_cpu_s_per_gb"].values())
+        assert list(link["sender_cpu_s_per_gb"]["objsend"]) == ["1KiB", "4KiB", "16KiB", "64KiB",
+                                                                "256KiB", "1MiB"]
+    # The offload link really carries large packets; the MSS link does not.
+    assert r["links"]["offload"]["bytes_per_data_packet"]["capture"] > 16384
+    assert r["links"]["mss"]["bytes_per_data_packet"]["capture"] <= 1500     # the MTU
+    for key in ("paced", "bandwidth_limited"):
+        assert set(r[key]["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
+    assert r["tun_offload_kernel_sender"] == {"skipped": "not requested"}
+    assert "MSG_ZEROCOPY" in r["msg_zerocopy"]
     assert r["anchors"]["send_1k_8_ranges_vs_1_times_cheaper"] == 3.6
-    assert "send_1k_8_ranges_vs_1_times_cheaper" in r["ours"]
+    assert "send_1k_8_ranges_vs_1_times_cheaper" in r["ours_offload"]
+
+
+def test_capture_and_discard_over_an_offload_link_copy_no_payload_byte() -> None:
+    pair = make_pair(LinkConfig(delay=0.001, offload=True))
+    client, server = pair.open()
+    packets: list[bytes] = []           # kept alive, so their ids stay theirs
+    pair.net.add_tap(lambda pkt, _t, _d: packets.append(pkt), link=pair.link.ab, where="deliver")
+    store = Store(8 << 20, driver=pair.driver)
+    ring = Ring(store)
+    sid = collect(ring, server)
+    body = os.urandom(512 << 10)
+    ring.prep_discard(sid, 100_000, 1)
+    ring.prep_recv_object(sid, AT_TAIL, len(body) - 100_000, 2)
+    ring.submit()
+    push(pair, client, body)
+    cqes = {c.user_data: c for c in wait(pair, ring, 2)}
+    assert cqes[1].res == 100_000
+    obj = store._objects[cqes[2].res]
+    # Every extent is a slice of a packet as the link delivered it (mostly 64 KiB ones):
+    # nothing was copied.
+    delivered = {id(p) for p in packets}
+    assert all(id(v.obj) in delivered for v in obj.views)
+    assert max(map(len, packets)) > 32768 and len(obj.views) < len(body) // 8192
+    assert store.stats["compacted_bytes"] == 0
+    assert b"".join(obj.views) == body[100_000:]
+    assert store.used == store.pinned_bytes() < len(body)
+    store.close()
+    assert store.is_empty()

@@ -142,7 +142,7 @@ class CacheServer:
 
     def start(self) -> None:
         """Serve on a thread (real-time driver): sleep until a completion or a new client."""
-        drv = self.store._driver
+        drv = self.store.driver
         if drv is None or not hasattr(drv, "wait_until"):
             raise RuntimeError("start() needs a store created with a driver")
 

@@ -17,6 +17,13 @@ With ``backpressure`` the queue is the sending host's own interface queue, as a 
 qdisc is: a full queue refuses the packet to the sending stack when the stack emits it
 (``Stack.tx_refuse``), so TCP sees local congestion and retries later (Linux: the qdisc
 answers NET_XMIT_DROP), instead of the packet vanishing in a tail drop.
+
+With ``offload`` a link direction behaves as loopback or a virtio link with TSO/GRO: the
+stacks on it emit TCP super-packets of up to 64 KiB (``TxPacket.gso_size``, checksum left
+partial) and the link carries them whole, so the receiver takes one large segment (what
+GRO hands Linux) and the checksum is trusted as loopback trusts CHECKSUM_PARTIAL. Without
+``offload`` (the default, what fidelity tests use) a super-packet a stack still emits is cut
+into MSS segments with complete checksums before it enters the link (Linux software GSO).
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from usertcp.net.endpoint import Endpoint
 from usertcp.wire import icmp
-from usertcp.wire.segment import Buffer, TxPacket
+from usertcp.wire.packet import build_packet, parse_packet
+from usertcp.wire.segment import CWR, FIN, PSH, Buffer, TxPacket
 
 if TYPE_CHECKING:
     from usertcp.net.pcap import PcapWriter
@@ -41,6 +49,10 @@ TapWhere = Literal["send", "deliver"]
 Tap = Callable[[bytes, float, "LinkDirection"], None]
 # What a driver installs to be told about a future delivery.
 Scheduler = Callable[[float, "LinkDirection", bytes], None]
+
+# Largest TSO/GSO packet a stack on an offload link may emit: an IPv4 total length (or an
+# IPv6 payload length) must fit 16 bits, with room for IP and TCP headers and options.
+OFFLOAD_GSO_MAX_SIZE = 65535 - 60 - 60 - 40
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,9 @@ class LinkConfig:
     # dropping them, and drop non-ECT ones (RFC 3168 §5); None: plain tail drop only.
     ecn_threshold: int | None = None
     backpressure: bool = False           # a full queue refuses a stack's packet synchronously
+    # TSO/GSO and GRO as on loopback or virtio: super-packets (up to 64 KiB) travel whole, and
+    # their checksums are trusted on delivery. Off: MSS-sized packets only (fidelity tests).
+    offload: bool = False
 
     def __post_init__(self) -> None:
         for name in ("loss", "reorder", "duplicate", "corrupt"):
@@ -78,6 +93,8 @@ class LinkConfig:
             raise ValueError("mtu must be >= 68 (RFC 791)")
         if self.ecn_threshold is not None and self.ecn_threshold < 1:
             raise ValueError("ecn_threshold must be >= 1 or None")
+        if self.offload and self.mtu is not None:
+            raise ValueError("an offload link carries 64 KiB packets: it has no smaller mtu")
 
     def with_(self, **changes: Any) -> LinkConfig:
         """A copy with some fields changed (``cfg.with_(loss=0.05)``)."""
@@ -136,7 +153,7 @@ class LinkDirection:
     """One direction of a link: a transmit queue, a wire and its impairments."""
 
     __slots__ = ("network", "src", "dst", "name", "stats", "config", "_impaired", "_reorder_delay",
-                 "_busy_until", "_queue", "_last_arrival", "_reserved")
+                 "_busy_until", "_queue", "_last_arrival", "_reserved", "trusted_csum")
 
     def __init__(self, network: Network, src: Host, dst: Host, config: LinkConfig) -> None:
         self.network = network
@@ -151,6 +168,7 @@ class LinkDirection:
         self.config = config
         self._impaired = False
         self._reorder_delay = 0.0
+        self.trusted_csum = False        # deliveries skip checksum verification (offload)
         self.set_config(config)
 
     def set_config(self, config: LinkConfig) -> None:
@@ -162,6 +180,10 @@ class LinkDirection:
         self._reorder_delay = 2 * config.delay if config.reorder_delay is None else config.reorder_delay
         if config.backpressure:
             self.network._enable_backpressure(self.src)
+        # A corrupting link must leave the checksum to catch its flips.
+        self.trusted_csum = config.offload and not config.corrupt
+        if config.offload:
+            _enable_offload(self.src.endpoint)
 
     def _admit(self, now: float) -> bool:
         """Backpressure: reserve a queue slot for a packet the sender is emitting now, or
@@ -280,6 +302,47 @@ class LinkDirection:
 
     def __repr__(self) -> str:
         return f"LinkDirection({self.name})"
+
+
+def _enable_offload(endpoint: object) -> None:
+    """Tell a stack on an offload link that it may emit TSO super-packets with partial
+    checksums (what a driver does for a TUN device with offloads, ``apps.serve``). Links
+    without offload segment whatever it emits (``software_gso``)."""
+    if hasattr(endpoint, "gso_max_size") and hasattr(endpoint, "tx_csum_offload"):
+        setattr(endpoint, "gso_max_size", OFFLOAD_GSO_MAX_SIZE)   # noqa: B010 (duck-typed Stack)
+        setattr(endpoint, "tx_csum_offload", True)                # noqa: B010
+
+
+def software_gso(packet: TxPacket) -> list[bytes]:
+    """Linux software GSO (tcp_gso_segment) for a link without offloads: a TSO packet becomes
+    ``gso_size`` segments and a partial checksum is completed. Each segment repeats the
+    headers with its own sequence number; FIN and PSH stay on the last one, CWR on the first
+    only (RFC 3168 §6.1.2), as the kernel does. Options (timestamps) are copied unchanged."""
+    data = packet.tobytes()
+    seg = parse_packet(data, verify_checksum=False)
+    payload = seg.payload
+    size = packet.gso_size if packet.gso_size > 0 else max(len(payload), 1)
+    v4 = seg.ip_version == 4
+    df = not v4 or bool(data[6] & 0x40)
+    out: list[bytes] = []
+    total = len(payload)
+    off = 0
+    while True:
+        end = min(off + size, total)
+        last = end >= total
+        flags = seg.flags
+        if not last:
+            flags &= ~(FIN | PSH)
+        if off:
+            flags &= ~CWR
+        out.append(build_packet(
+            src=seg.src, dst=seg.dst, sport=seg.sport, dport=seg.dport,
+            seq=(seg.seq + off) & 0xFFFFFFFF, ack=seg.ack, flags=flags, window=seg.window,
+            urg_ptr=seg.urg_ptr, options=bytes(seg.raw_options), payload=(payload[off:end],),
+            tos=seg.tos, ttl=seg.ttl, flow_label=seg.flow_label, df=df).tobytes())
+        off = end
+        if last:
+            return out
 
 
 def ce_mark(data: bytes) -> bytes | None:
@@ -429,12 +492,12 @@ class Network:
 
     def transmit(self, host: Host, packet: TxPacket | Buffer, now: float) -> None:
         """Send one packet from ``host``: this is where it becomes bytes."""
-        data = packet.tobytes() if isinstance(packet, TxPacket) else bytes(packet)
-        n = len(data)
-        if n >= 20 and data[0] >> 4 == 4:
-            dst = data[16:20]
-        elif n >= 40 and data[0] >> 4 == 6:
-            dst = data[24:40]
+        head = packet.header if isinstance(packet, TxPacket) else packet
+        n = len(head)
+        if n >= 20 and head[0] >> 4 == 4:
+            dst = bytes(head[16:20])
+        elif n >= 40 and head[0] >> 4 == 6:
+            dst = bytes(head[24:40])
         else:
             self.stats["malformed"] += 1
             return
@@ -444,7 +507,13 @@ class Network:
             return
         if host.reserving and d._reserved:
             d._reserved -= 1             # the slot _admit promised it
-        d.send(data, now)
+        if not isinstance(packet, TxPacket):
+            d.send(bytes(packet), now)
+        elif d.config.offload or not (packet.gso_size or packet.csum_partial):
+            d.send(packet.tobytes(), now)
+        else:
+            for seg in software_gso(packet):
+                d.send(seg, now)
 
     def _enable_backpressure(self, host: Host) -> None:
         """Install the queue-admission hook on ``host``'s endpoint if it has one (a Stack's

@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from usertcp.objects.ops import AT_TAIL, Cqe, ObjRange, Op, Sqe
 from usertcp.objects.store import OpError, Store
@@ -37,7 +38,7 @@ class Ring:
     counted in ``cq_overflow``."""
 
     __slots__ = ("store", "sq_entries", "cq_entries", "_sq", "_cq", "_overflow", "_sq_lock",
-                 "_cq_lock", "_cond", "cq_overflow", "__weakref__")
+                 "_cq_lock", "_cond", "cq_overflow", "_waiters", "__weakref__")
 
     def __init__(self, store: Store, sq_entries: int = 256, cq_entries: int | None = None) -> None:
         if sq_entries < 1:
@@ -51,6 +52,7 @@ class Ring:
         self._sq_lock = threading.Lock()
         self._cq_lock = threading.Lock()
         self._cond = threading.Condition(self._cq_lock)   # for rings without a driver
+        self._waiters = 0        # threads in _cond.wait: a completion notifies only if any
         self.cq_overflow = 0
 
     # ------------------------------------------------------------ submission side
@@ -116,9 +118,7 @@ class Ring:
         if not batch:
             return 0
         # Copies of application memory happen here, outside the locks.
-        private: list[bytes | None] = []
-        for sqe in batch:
-            private.append(_copy(sqe.data) if sqe.opcode is Op.CREATE else None)
+        private = [_copy(sqe.data) if sqe.opcode is Op.CREATE else None for sqe in batch]
         store = self.store
         with store.stack_lock, store.lock:
             for sqe, data in zip(batch, private, strict=True):
@@ -131,14 +131,18 @@ class Ring:
         op = sqe.opcode
         ud = sqe.user_data
         try:
-            if op is Op.NOP:
+            if op is Op.RECV_OBJECT or op is Op.DISCARD or op is Op.INSPECT:   # the hot ones first
+                store.stream_op(self, op, ud, _int(sqe.target), _int(sqe.offset), _int(sqe.length),
+                                sqe.flags, sqe.buf)
+                return                        # completes from the collector, now or later
+            if op is Op.FREE:
+                res = store.free(sqe.handle)
+            elif op is Op.NOP:
                 res = 0
             elif op is Op.CREATE:
                 if data is None:
                     raise OpError(errno.EINVAL)
                 res = store.create(data)
-            elif op is Op.FREE:
-                res = store.free(sqe.handle)
             elif op is Op.READ_OBJECT:
                 res, out = store.read_object(sqe.handle, sqe.offset, sqe.length, sqe.buf)
                 self._post(ud, res, 0, out)
@@ -149,10 +153,6 @@ class Ring:
                 res = store.collect(sqe.target)
             elif op is Op.DETACH:
                 res = store.detach(_int(sqe.target))
-            elif op in (Op.INSPECT, Op.RECV_OBJECT, Op.DISCARD):
-                store.stream_op(self, op, ud, _int(sqe.target), _int(sqe.offset), _int(sqe.length),
-                                sqe.flags, sqe.buf)
-                return                        # completes from the collector, now or later
             elif op is Op.OBJ_SEND:
                 prefix = _copy(sqe.prefix)
                 suffix = _copy(sqe.suffix)
@@ -172,13 +172,14 @@ class Ring:
 
     def _post(self, user_data: int, res: int, flags: int, data: bytes | None) -> None:
         cqe = Cqe(user_data, res, flags, data)
-        with self._cond:
+        with self._cq_lock:
             if len(self._cq) < self.cq_entries and not self._overflow:
                 self._cq.append(cqe)
             else:
                 self._overflow.append(cqe)
                 self.cq_overflow += 1
-            self._cond.notify_all()
+            if self._waiters:
+                self._cond.notify_all()
 
     @property
     def cq_ready(self) -> int:
@@ -206,23 +207,29 @@ class Ring:
     def wait_cqe(self, timeout: float | None = None) -> Cqe | None:
         """Wait for one completion (running the simulation forward on a virtual-time
         driver, sleeping on a real-time one); None if ``timeout`` passes first."""
-        drv = self.store._driver
+        drv = self.store.driver
         if drv is not None and hasattr(drv, "wait_until"):
             drv.wait_until(lambda: bool(self._cq), timeout)
         else:
-            with self._cond:
-                self._cond.wait_for(lambda: bool(self._cq), timeout)
+            self._wait(lambda: bool(self._cq), timeout)
         return self.peek_cqe()
+
+    def _wait(self, predicate: Callable[[], bool], timeout: float | None) -> None:
+        with self._cond:
+            self._waiters += 1
+            try:
+                self._cond.wait_for(predicate, timeout)
+            finally:
+                self._waiters -= 1
 
     def submit_and_wait(self, wait_nr: int = 1, timeout: float | None = None) -> list[Cqe]:
         """Submit, then wait until ``wait_nr`` completions are ready (or the timeout)."""
         self.submit()
-        drv = self.store._driver
+        drv = self.store.driver
         if drv is not None and hasattr(drv, "wait_until"):
             drv.wait_until(lambda: self.cq_ready >= wait_nr, timeout)
         else:
-            with self._cond:
-                self._cond.wait_for(lambda: self.cq_ready >= wait_nr, timeout)
+            self._wait(lambda: self.cq_ready >= wait_nr, timeout)
         return self.reap()
 
 

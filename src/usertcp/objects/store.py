@@ -6,13 +6,24 @@ capture copies nothing; a send hands the same views to the TCP send buffer, whic
 builds its segments from slices of them, and the only copy is where the packet
 leaves the process (the link or device turns it into bytes).
 
-Accounting (``used``) is exact and counts: the bytes of every object version still
-alive (a freed handle whose bytes a queued send still needs stays counted until
-that send has handed them to TCP), the full length of every pending RECV_OBJECT
-(reserved at issue, so a capture can never overrun the budget halfway), and the
-prefix/suffix copies of queued sends. Bytes already handed to TCP belong to the
-socket's send buffer, which ``send_space`` bounds. An operation that would exceed
-the budget or a table completes with ``-ENOBUFS``/``-EMFILE`` and changes nothing.
+Accounting (``used``) counts the memory the store keeps alive, not payload bytes: every
+buffer an object version holds a view of is charged whole, once, however many objects
+share it (a captured fragment pins the whole packet it arrived in, headers and
+neighbouring bytes included), until the last version holding it is gone (a freed handle
+whose bytes a queued send still needs stays counted until that send has handed them to
+TCP). Besides buffers: the full length of every pending RECV_OBJECT (reserved at issue,
+so a capture can never overrun the budget halfway) and the prefix/suffix copies of
+queued sends. With ``compact_ratio`` set, a captured fragment that fills less than that
+fraction of a buffer the store does not hold yet is copied into store-owned memory
+instead (the design copies "the rest"; by default nothing is copied at capture, see
+docs/objects.md for the measurement); a capture whose buffers do not fit is copied whole.
+Before an admission fails, objects whose buffers cost more than their bytes are compacted.
+The store charges the same bytes to the stack-wide memory account (Linux tcp_mem,
+``Stack.mem``) of the first connection it collects or sends on, so the stack's limit and
+the store's budget count one memory. Bytes already handed to
+TCP belong to the socket's send buffer, which ``send_space`` bounds. An operation that
+would exceed the budget or a table completes with ``-ENOBUFS``/``-EMFILE`` and changes
+nothing.
 
 Locking (see also :mod:`usertcp.objects.ring`). Order: the stack lock (the driver's
 ``lock``, which the real-time I/O thread holds while it steps the stack) ->
@@ -33,6 +44,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Protocol
 
 from usertcp.objects.ops import CQE_F_CONSUMED, INSPECT_WAITALL, MAX_RANGES, SEND_LAST, ObjRange, Op
+from usertcp.tcp.buffers import MemAccount
 from usertcp.tcp.connection import SENDING, Connection, State
 
 if TYPE_CHECKING:
@@ -88,12 +100,17 @@ def slice_views(views: list[memoryview], offset: int, length: int) -> list[memor
     return out
 
 
+def buffer_size(o: object) -> int:
+    """Bytes of the buffer a view keeps alive (``view.obj``)."""
+    return len(o) if isinstance(o, bytes | bytearray) else memoryview(o).nbytes  # type: ignore[arg-type]
+
+
 def backing_bytes(views: list[memoryview]) -> int:
     """Bytes of the distinct underlying buffers the views keep alive."""
     seen: dict[int, int] = {}
     for v in views:
         o = v.obj
-        seen.setdefault(id(o), memoryview(o).nbytes)
+        seen.setdefault(id(o), buffer_size(o))
     return sum(seen.values())
 
 
@@ -185,19 +202,20 @@ class Store:
 
     ``budget`` bytes of accounted memory; ``max_objects`` live object versions,
     ``max_streams`` collected sockets, ``max_extents`` views held by all objects
-    (fixed at creation). ``compact_ratio``: an object captured from a stream whose
-    bytes are below this fraction of the receive buffers it pins is copied into dense
-    backing at once (0 turns automatic compaction off). ``driver`` supplies the clock,
+    (fixed at creation). ``compact_ratio``: a captured fragment that fills less than this
+    fraction of a buffer the store does not hold yet is copied at capture (default 0:
+    every fragment is kept by reference, its whole buffer charged, and compaction runs
+    only when an admission needs the room; measured in docs/objects.md). ``driver`` supplies the clock,
     the stack lock and ``kick()`` (flush packets after application-side operations).
     """
 
     __slots__ = ("budget", "max_objects", "max_streams", "max_extents", "compact_ratio", "lock",
                  "stack_lock", "_driver", "used", "extents", "versions", "_objects", "_next_handle",
-                 "_streams", "_next_sid", "_tx", "stats")
+                 "_streams", "_next_sid", "_tx", "stats", "mem", "_bufs")
 
     def __init__(self, budget: int, *, max_objects: int = 4096, max_streams: int = 64,
-                 max_extents: int = 1 << 20, compact_ratio: float = 0.25,
-                 driver: DriverLike | None = None) -> None:
+                 max_extents: int = 1 << 20, compact_ratio: float = 0.0,
+                 driver: DriverLike | None = None, mem: MemAccount | None = None) -> None:
         if budget < 0 or max_objects < 1 or max_streams < 1 or max_extents < 1:
             raise ValueError("budget and table sizes must be positive")
         self.budget = budget
@@ -219,11 +237,20 @@ class Store:
         self._tx: dict[Connection, _TxStream] = {}
         self.stats = {"captured_bytes": 0, "discarded_bytes": 0, "sent_bytes": 0,
                       "compactions": 0, "compacted_bytes": 0, "callback_errors": 0}
+        # The stack-wide account this store's bytes count in (set by the first connection).
+        self.mem = mem
+        # id(buffer) -> [bytes charged, views of live versions on it]: each buffer charged once.
+        self._bufs: dict[int, list[int]] = {}
 
     # ------------------------------------------------------------------ helpers
 
     def now(self) -> float:
         return self._driver.now() if self._driver is not None else time.monotonic()
+
+    @property
+    def driver(self) -> DriverLike | None:
+        """The driver the store was created with (clock, stack lock, kick), or None."""
+        return self._driver
 
     def kick(self) -> None:
         if self._driver is not None:
@@ -247,16 +274,96 @@ class Store:
         """Receive/packet buffer bytes the live objects keep alive (for compaction)."""
         return backing_bytes([v for o in self._objects.values() for v in o.views])
 
-    def _charge(self, nbytes: int, versions: int = 0, extents: int = 0) -> None:
-        if self.used + nbytes > self.budget:
-            raise OpError(errno.ENOBUFS)
+    def _bind(self, conn: Connection) -> None:
+        """Count the store's bytes in the stack-wide memory of its first connection."""
+        if self.mem is None:
+            self.mem = conn.stack.mem
+            self.mem.add(self.used)
+
+    def _add_used(self, n: int) -> None:
+        self.used += n
+        if self.mem is not None:
+            self.mem.add(n)
+
+    def _fits(self, n: int) -> bool:
+        return self.used + n <= self.budget and (n <= 0 or self.mem is None or n <= self.mem.room())
+
+    def _admit(self, n: int) -> bool:
+        """True if ``n`` more bytes fit, after compacting wasteful objects if they did not."""
+        return self._fits(n) or (self._make_room(n) and self._fits(n))
+
+    def _charge(self, nbytes: int, versions: int = 0, extents: int = 0, *, hold: bool = False) -> None:
+        """Admit ``nbytes`` more and the table entries, or raise; ``hold``: the caller's
+        ``_hold`` charges the bytes (buffers), only the tables are taken here."""
         if self.versions + versions > self.max_objects:
             raise OpError(errno.EMFILE)
-        if self.extents + extents > self.max_extents:
+        if self.extents + extents > self.max_extents or not self._admit(nbytes):
             raise OpError(errno.ENOBUFS)
-        self.used += nbytes
+        if not hold:
+            self._add_used(nbytes)
         self.versions += versions
         self.extents += extents
+
+    # Buffers: charged whole, once, while any live version holds a view of them.
+
+    def _new_bytes(self, views: list[memoryview]) -> int:
+        """Bytes holding ``views`` would add: their buffers the store does not hold yet."""
+        bufs = self._bufs
+        seen: set[int] = set()
+        n = 0
+        for v in views:
+            k = id(v.obj)
+            if k not in bufs and k not in seen:
+                seen.add(k)
+                n += buffer_size(v.obj)
+        return n
+
+    def _hold(self, views: list[memoryview]) -> None:
+        bufs = self._bufs
+        for v in views:
+            e = bufs.get(id(v.obj))
+            if e is None:
+                n = buffer_size(v.obj)
+                bufs[id(v.obj)] = [n, 1]
+                self._add_used(n)
+            else:
+                e[1] += 1
+
+    def _let_go(self, views: list[memoryview]) -> None:
+        bufs = self._bufs
+        for v in views:
+            k = id(v.obj)
+            e = bufs[k]
+            e[1] -= 1
+            if e[1] == 0:
+                del bufs[k]
+                self._add_used(-e[0])
+
+    def _freed_by(self, obj: _Object) -> int:
+        """Bytes dropping ``obj``'s views would free: buffers no other version holds."""
+        count: dict[int, int] = {}
+        for v in obj.views:
+            count[id(v.obj)] = count.get(id(v.obj), 0) + 1
+        bufs = self._bufs
+        return sum(bufs[k][0] for k, c in count.items() if bufs[k][1] == c)
+
+    def _make_room(self, need: int) -> bool:
+        """Compact the objects whose buffers cost more than their bytes (most waste first)
+        until ``need`` more bytes fit; True if any was compacted."""
+        waste = [(self._freed_by(o) - o.length, o) for o in self._objects.values() if not o.is_dense()]
+        if not self._fits(need - sum(w for w, _ in waste if w > 0)):
+            return False          # compacting everything would not be enough: change nothing
+        waste.sort(key=lambda w: -w[0])
+        done = False
+        # Some headroom, so that a store at its budget does not scan its objects on every
+        # admission: compaction then runs once per budget/8 bytes admitted at most.
+        want = need + self.budget // 8
+        for saved, obj in waste:
+            if saved <= 0 or self._fits(want):
+                break
+            self._densify(obj)
+            done = True
+        return done
 
     def _get(self, handle: int) -> _Object:
         obj = self._objects.get(handle) if isinstance(handle, int) else None
@@ -275,7 +382,7 @@ class Store:
     def _unref(self, obj: _Object) -> None:
         obj.refs -= 1
         if obj.refs == 0:
-            self.used -= obj.length
+            self._let_go(obj.views)
             self.versions -= 1
             self.extents -= len(obj.views)
             obj.views = []     # drop the buffer references now, not at garbage collection
@@ -290,8 +397,10 @@ class Store:
     def create(self, data: bytes) -> int:
         """CREATE: ``data`` is already a private copy (taken before the locks)."""
         n = len(data)
-        self._charge(n, 1, 1 if n else 0)
-        return self._install([memoryview(data)] if n else [], n).handle
+        views = [memoryview(data)] if n else []
+        self._charge(self._new_bytes(views), 1, len(views), hold=True)
+        self._hold(views)
+        return self._install(views, n).handle
 
     def free(self, handle: int) -> int:
         self._drop_handle(self._get(handle))
@@ -310,9 +419,14 @@ class Store:
         return length, data
 
     def _densify(self, obj: _Object) -> int:
+        """Copy ``obj`` into one buffer of its own (the caller checked the budget)."""
         data = b"".join(obj.views)
         self.extents += (1 if data else 0) - len(obj.views)
+        if obj.refs:
+            self._let_go(obj.views)
         obj.views = [memoryview(data)] if data else []
+        if obj.refs:
+            self._hold(obj.views)
         self.stats["compactions"] += 1
         self.stats["compacted_bytes"] += len(data)
         return len(data)
@@ -320,14 +434,19 @@ class Store:
     def compact(self, handle: int) -> int:
         """COMPACT: copy into dense backing under the same handle; 0 if already dense."""
         obj = self._get(handle)
-        return 0 if obj.is_dense() else self._densify(obj)
+        if obj.is_dense():
+            return 0
+        if not self._admit(obj.length - self._freed_by(obj)):
+            raise OpError(errno.ENOBUFS)
+        return self._densify(obj)
 
     def compact_sparse(self, ratio: float | None = None) -> int:
         """Compact every live object using less than ``ratio`` of the buffers it pins."""
         r = self.compact_ratio if ratio is None else ratio
         total = 0
         for obj in list(self._objects.values()):
-            if not obj.is_dense() and obj.length < r * backing_bytes(obj.views):
+            if not obj.is_dense() and obj.length < r * backing_bytes(obj.views) \
+                    and self._fits(obj.length - self._freed_by(obj)):
                 total += self._densify(obj)
         return total
 
@@ -338,17 +457,19 @@ class Store:
         if conn is None:
             raise OpError(errno.EBADF)
         if conn.collector is not None:
-            raise OpError(errno.EBUSY)
+            raise OpError(errno.EBUSY)       # one receive owner (the design's patch 1)
         if conn.state not in (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2,
                               State.CLOSE_WAIT, State.CLOSING, State.LAST_ACK, State.TIME_WAIT):
             raise OpError(errno.ENOTCONN)
         if len(self._streams) >= self.max_streams:
             raise OpError(errno.EMFILE)
+        self._bind(conn)
         sid = self._next_sid
         self._next_sid += 1
         st = _Stream(sid, conn)
+        if not conn.claim_receive(st):   # the receive claim: every other reader gets EBUSY
+            raise OpError(errno.EBUSY)
         self._streams[sid] = st
-        conn.collector = st        # the receive claim: every other reader gets EBUSY
 
         def on_readable(c: Connection, st: _Stream = st) -> None:
             # A pass per segment would cost more than the copy it saves: run one only when an
@@ -380,7 +501,7 @@ class Store:
         # Reads resume at ``front``: bytes not yet dropped (even ones a capture took a
         # reference to, or a cancelled capture had started on) are readable again.
         conn = st.conn
-        conn.collector = None
+        conn.release_receive(st)
         if conn.on_readable is st.hook:
             conn.on_readable = st.prev_readable
         del self._streams[sid]
@@ -441,25 +562,27 @@ class Store:
 
     def _advance(self, st: _Stream, *, in_cb: bool) -> None:
         """Drop decided bytes at the front of rcv_buf and let the window open."""
-        if not st.decided:
+        decided = st.decided
+        if not decided:
             return
-        st.decided.sort()
         front = st.front
-        keep: list[tuple[int, int]] = []
-        for s, e in st.decided:
-            if s <= front:
-                front = max(front, e)
-            else:
-                keep.append((s, e))
-        st.decided = [(s, e) for s, e in keep if e > front]
+        if len(decided) == 1 and decided[0][0] <= front:     # in-order parsing: the usual case
+            front = max(front, decided[0][1])
+            st.decided = []
+        else:
+            decided.sort()
+            keep: list[tuple[int, int]] = []
+            for s, e in decided:
+                if s <= front:
+                    front = max(front, e)
+                else:
+                    keep.append((s, e))
+            st.decided = [(s, e) for s, e in keep if e > front]
         if front > st.front:
-            conn = st.conn
-            conn.rcv_buf.discard(front - st.front)
-            st.front = front
             # Inside a segment callback the ACK the stack is about to send carries the
             # new window; from the application it needs a window update of its own.
-            if not in_cb:
-                conn.rx.after_read(self.now())
+            st.conn.consume_claimed(st, front - st.front, None if in_cb else self.now())
+            st.front = front
 
     def _finish_rx(self, op: _RxOp) -> None:
         n = op.pos - op.start
@@ -472,22 +595,37 @@ class Store:
             self.stats["discarded_bytes"] += n
             op.ring._post(op.user_data, n, 0, None)
         else:
-            views = op.views
-            self.extents -= 1                   # the reserved extent
-            obj = _Object(0, views, n)
-            if self.extents + len(views) > self.max_extents or (
-                    self.compact_ratio and obj.length < self.compact_ratio * backing_bytes(views)):
-                self.extents += len(views)      # _densify swaps these for one
-                self._densify(obj)
-            else:
-                self.extents += len(views)
-            handle = self._install(obj.views, n).handle
-            self.stats["captured_bytes"] += n
-            op.ring._post(op.user_data, handle, 0, None)
+            op.ring._post(op.user_data, self._capture(op.views, n), 0, None)
+
+    def _capture(self, views: list[memoryview], n: int) -> int:
+        """Install a finished capture; its reservation (n bytes, a version, an extent) becomes
+        the charge of what it holds. Returns the handle."""
+        self.extents -= 1
+        self._add_used(-n)
+        copied = 0
+        ratio = self.compact_ratio
+        if ratio:
+            # A fragment that fills little of a buffer nobody holds yet is copied (cheap: it
+            # is small) rather than pinning its whole packet; same measure as compact_ratio.
+            bufs = self._bufs
+            for i, v in enumerate(views):
+                if id(v.obj) not in bufs and v.nbytes < ratio * buffer_size(v.obj):
+                    views[i] = memoryview(v.tobytes())
+                    copied += v.nbytes
+        if self.extents + len(views) > self.max_extents or not self._admit(self._new_bytes(views)):
+            views = [memoryview(b"".join(views))]     # fits: n bytes were reserved
+            copied = n
+        if copied:
+            self.stats["compactions"] += 1
+            self.stats["compacted_bytes"] += copied
+        self.extents += len(views)
+        self._hold(views)
+        self.stats["captured_bytes"] += n
+        return self._install(views, n).handle
 
     def _fail_rx(self, op: _RxOp, err: int) -> None:
         if op.kind is Op.RECV_OBJECT:
-            self.used -= op.end - op.start
+            self._add_used(-(op.end - op.start))
             self.versions -= 1
             self.extents -= 1
             op.views = []
@@ -508,6 +646,7 @@ class Store:
             raise OpError(conn.error)
         if conn.write_shutdown or conn.state not in SENDING:
             raise OpError(errno.EPIPE)
+        self._bind(conn)
         # Validate everything before changing anything.
         objs: list[_Object] = []
         for r in rs:
@@ -595,7 +734,7 @@ class Store:
                 conn.on_writable = tx.prev_writable
 
     def _end_send(self, s: _Send, res: int) -> None:
-        self.used -= s.staged
+        self._add_used(-s.staged)
         s.views.clear()
         for o in s.objs:
             self._unref(o)

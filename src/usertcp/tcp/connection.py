@@ -96,6 +96,14 @@ def ecn_syn_acceptable(seg: Segment, cfg: StackConfig) -> bool:
     return seg.ecn == ECN_NOT_ECT or bool(seg.flags & AE)
 
 
+class ReceiveClaimedError(OSError):
+    """A read of a receive side that a payload-object collector owns (the objects design's
+    patch 1, an exclusive receive claim): the socket, asyncio and drill layers report EBUSY."""
+
+    def __init__(self) -> None:
+        super().__init__(errno.EBUSY, "the receive side is claimed by a collector")
+
+
 class Connection:
     """A TCP control block (RFC 9293 §3.3.1) and its buffers."""
 
@@ -538,7 +546,34 @@ class Connection:
             self.tx.run(now)
             self.reschedule()
 
+    # -- the exclusive receive claim (payload objects): one owner, every other reader EBUSY --
+
+    def claim_receive(self, owner: object) -> bool:
+        """Make ``owner`` the only reader: recv()/recv_into() raise ReceiveClaimedError until
+        it calls release_receive(). False (nothing changes) if another owner holds it."""
+        if self.collector is not None:
+            return False
+        self.collector = owner
+        return True
+
+    def release_receive(self, owner: object) -> None:
+        if self.collector is owner:
+            self.collector = None
+
+    def consume_claimed(self, owner: object, n: int, now: float | None) -> None:
+        """The claim's owner drops ``n`` decided bytes from the front of the receive queue.
+        ``now`` None: inside a segment callback, whose ACK carries the new window; otherwise
+        a window update goes out as after recv() (Linux tcp_cleanup_rbuf)."""
+        if self.collector is not owner:
+            raise ReceiveClaimedError()
+        self.rcv_buf.discard(n)
+        if now is not None:
+            self.rx.after_read(now)
+        self.rx.update_prediction()
+
     def recv(self, n: int, now: float) -> bytes:
+        if self.collector is not None:
+            raise ReceiveClaimedError()
         data = self.rcv_buf.read(n)
         if data:
             self.rx.after_read(now)
@@ -546,6 +581,8 @@ class Connection:
         return data
 
     def recv_into(self, target: memoryview, now: float) -> int:
+        if self.collector is not None:
+            raise ReceiveClaimedError()
         n = self.rcv_buf.read_into(target)
         if n:
             self.rx.after_read(now)
