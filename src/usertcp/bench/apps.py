@@ -381,27 +381,6 @@ def _load(ns: str, address: str, seconds: float, connections: int, keepalive: bo
     return _run_client(ns, kind, address, str(HTTP_PORT), str(seconds), str(connections))
 
 
-def _veth_setup(server_ns: str) -> None:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        ipr.link("add", ifname="vapps0", kind="veth", peer="vapps1")
-        ia = ipr.link_lookup(ifname="vapps0")[0]
-        ib = ipr.link_lookup(ifname="vapps1")[0]
-        ipr.link("set", index=ib, net_ns_fd=server_ns)
-        ipr.addr("add", index=ia, address=VETH_CLIENT, prefixlen=24)
-        ipr.link("set", index=ia, state="up")
-
-
-def _veth_peer_up() -> None:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        ib = ipr.link_lookup(ifname="vapps1")[0]
-        ipr.addr("add", index=ib, address=VETH_SERVER, prefixlen=24)
-        ipr.link("set", index=ib, state="up")
-
-
 def _http_runs(client_ns: str, server_ns: str, seconds: float, connections: int, use_wrk: bool,
                rounds: int) -> dict[str, Any]:
     """Kernel and usertcp alternated ``rounds`` times (the machine is shared and noisy); medians."""
@@ -487,8 +466,7 @@ def run(duration: float = 3.0, connections: int = 10, rounds: int = 2, setup_dur
                                "connections": connections, "app": "uvicorn (h11) + ASGI hello"}
     with tempfile.TemporaryDirectory(prefix="utcp-bench-apps-") as d, \
             netns.namespace("utapc") as client_ns, netns.namespace("utaps") as server_ns:
-        netns.call_in_namespace(client_ns, _veth_setup, server_ns)
-        netns.call_in_namespace(server_ns, _veth_peer_up)
+        netns.connect_veth(client_ns, server_ns, "vapps", VETH_CLIENT, VETH_SERVER)
         results["http"] = _http_runs(client_ns, server_ns, duration, connections, use_wrk, rounds)
         if profile_duration > 0:
             results["profile"] = _profile_run(client_ns, profile_duration, profile_top, connections, use_wrk,

@@ -179,27 +179,6 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
     return out
 
 
-def _veth_setup(a: str, b: str) -> None:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        ipr.link("add", ifname="vbench0", kind="veth", peer="vbench1")
-        ia = ipr.link_lookup(ifname="vbench0")[0]
-        ib = ipr.link_lookup(ifname="vbench1")[0]
-        ipr.link("set", index=ib, net_ns_fd=b)
-        ipr.addr("add", index=ia, address=VETH_A, prefixlen=24)
-        ipr.link("set", index=ia, state="up")
-
-
-def _veth_peer_up() -> None:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        ib = ipr.link_lookup(ifname="vbench1")[0]
-        ipr.addr("add", index=ib, address=VETH_B, prefixlen=24)
-        ipr.link("set", index=ib, state="up")
-
-
 def _kernel_server(port: int) -> socket.socket:
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -222,8 +201,7 @@ def _discard_one(srv: socket.socket, result: list[str]) -> None:
 def _veth_run(size: int) -> dict[str, Any]:
     """Kernel -> kernel over a veth pair between two namespaces (offloads as the kernel sets them)."""
     with netns.namespace("utcpb") as a, netns.namespace("utcpb") as b:
-        netns.call_in_namespace(a, _veth_setup, a, b)
-        netns.call_in_namespace(b, _veth_peer_up)
+        netns.connect_veth(a, b, "vbench", VETH_A, VETH_B)
         srv = netns.call_in_namespace(b, _kernel_server, 5001)
         result: list[str] = []
         t = threading.Thread(target=_discard_one, args=(srv, result), daemon=True)

@@ -196,6 +196,31 @@ def run_in_namespace(ns: str, fn: Callable[..., T], *args: Any) -> T:
     return result
 
 
+def _veth_add(name: str, peer: str, peer_ns: str, address: str, prefixlen: int) -> None:
+    with IPRoute() as ipr:
+        ipr.link("add", ifname=name, kind="veth", peer=peer)
+        ia = ipr.link_lookup(ifname=name)[0]
+        ib = ipr.link_lookup(ifname=peer)[0]
+        ipr.link("set", index=ib, net_ns_fd=peer_ns)
+        ipr.addr("add", index=ia, address=address, prefixlen=prefixlen)
+        ipr.link("set", index=ia, state="up")
+
+
+def _link_up(name: str, address: str, prefixlen: int) -> None:
+    with IPRoute() as ipr:
+        index = ipr.link_lookup(ifname=name)[0]
+        ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
+        ipr.link("set", index=index, state="up")
+
+
+def connect_veth(ns_a: str, ns_b: str, name: str, address_a: str, address_b: str,
+                 prefixlen: int = 24) -> None:
+    """A veth pair ``name``0 in ``ns_a`` and ``name``1 in ``ns_b``, addressed and up (the
+    kernel-to-kernel reference path of the benchmarks)."""
+    call_in_namespace(ns_a, _veth_add, f"{name}0", f"{name}1", ns_b, address_a, prefixlen)
+    call_in_namespace(ns_b, _link_up, f"{name}1", address_b, prefixlen)
+
+
 def _sysctl_path(key: str) -> str:
     if not _SYSCTL_RE.match(key) or ".." in key:
         raise ValueError(f"only net.* sysctls are per-namespace, refusing {key!r}")
