@@ -47,6 +47,16 @@ class SentSegment:
         self.sacked = False
         self.lost = False
 
+    def split(self, at: int) -> SentSegment:
+        """Cut this range at offset ``at`` and return the tail [at, end), which keeps the
+        transmission history (as Linux tcp_fragment copies the skb's control block)."""
+        tail = SentSegment(at, self.end, self.fin, self.tx_time)
+        tail.tx_count, tail.retrans = self.tx_count, self.retrans
+        tail.lost, tail.first_tx = self.lost, self.first_tx
+        self.end = at
+        self.fin = False
+        return tail
+
 
 class Recovery:
     """The scoreboard of one connection and its loss-recovery state (Linux tcp_sock's
@@ -135,21 +145,11 @@ class Recovery:
                     else:
                         a, b = lo, hi
                     if r.start < a:
-                        tail = SentSegment(a, r.end, r.fin, r.tx_time)
-                        tail.tx_count, tail.retrans = r.tx_count, r.retrans
-                        tail.lost, tail.first_tx = r.lost, r.first_tx
-                        r.end = a
-                        r.fin = False
-                        rtx.insert(i + 1, tail)
+                        rtx.insert(i + 1, r.split(a))
                         i += 1
                         continue
                     if r.end > b:
-                        tail = SentSegment(b, r.end, r.fin, r.tx_time)
-                        tail.tx_count, tail.retrans = r.tx_count, r.retrans
-                        tail.lost, tail.first_tx = r.lost, r.first_tx
-                        r.end = b
-                        r.fin = False
-                        rtx.insert(i + 1, tail)
+                        rtx.insert(i + 1, r.split(b))
                     n = r.end - r.start
                     r.sacked = True
                     self.sacked_bytes += n

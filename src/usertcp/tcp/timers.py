@@ -12,7 +12,7 @@ import errno
 import math
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.recovery import CA_CWR, CA_DISORDER, CA_LOSS, CA_OPEN, INF, SentSegment
+from usertcp.tcp.recovery import CA_CWR, CA_DISORDER, CA_LOSS, CA_OPEN, INF
 from usertcp.tcp.states import SYNCHRONIZED, State
 from usertcp.wire.segment import ACK
 
@@ -261,13 +261,8 @@ class Timers:
             if r.end - r.start > c.mss + (1 if r.fin else 0):
                 # Probe with the last MSS of a super-segment.
                 cut = r.end - c.mss - (1 if r.fin else 0)
-                tail = SentSegment(cut, r.end, r.fin, r.tx_time)
-                tail.tx_count, tail.retrans = r.tx_count, r.retrans
-                tail.lost, tail.first_tx = r.lost, r.first_tx
-                r.end = cut
-                r.fin = False
-                rec.rtx.insert(idx + 1, tail)
-                r = tail
+                r = r.split(cut)
+                rec.rtx.insert(idx + 1, r)
                 idx += 1
             if r.retrans:
                 return
