@@ -23,15 +23,9 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PKG = SRC / "usertcp"
 CORE = [p for d in ("tcp", "wire") for p in sorted((PKG / d).glob("*.py"))]
 
-# Private names other modules still reach into, in files owned by other work (issue 13 lists
-# them; each entry is "path: .name"). The core (tcp/, wire/) has none and may get none; an
-# entry that no longer occurs must be taken off, so the list only shrinks.
-KNOWN_ELSEWHERE = {
-    "usertcp/net/aio_driver.py: _EventLoop",
-    "usertcp/net/driver.py: ._attach",
-    "usertcp/net/driver.py: ._arrive",
-    "usertcp/objects/store.py: ._post",
-}
+# Private names other modules still reach into (each entry "path: .name"): none is left, and
+# the core (tcp/, wire/) may get none. An entry that no longer occurs must be taken off.
+KNOWN_ELSEWHERE: set[str] = set()
 # The standard library's own underscored names, used as the standard library uses them:
 # os._exit (documented: leave a forked child without running the parent's cleanup),
 # SSLProtocol's app transport (asyncio base_events does the same) and the selector base class.
