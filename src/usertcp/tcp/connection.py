@@ -225,9 +225,6 @@ class Connection:
         fmt = self.stack.fmt_addr
         return f"{fmt(self.local_ip)}:{self.local_port}-{fmt(self.remote_ip)}:{self.remote_port}"
 
-    def _seq(self, off: int) -> int:
-        return (self.iss + off) & SEQ_MASK
-
     def snd_off(self, seq: int) -> int:
         """Map a 32-bit ACK number onto the send offset space near snd_una."""
         return self.snd_una + seq_diff(seq, (self.iss + self.snd_una) & SEQ_MASK)
@@ -819,18 +816,8 @@ class Connection:
         """Send what the windows allow (see ``tcp/output.py``)."""
         self.tx.run(now)
 
-    def send_ack(self, now: float) -> None:
-        self.tx.send_ack(now)
-
-    def send_rst(self, now: float) -> None:
-        """An active reset (RFC 9293 §3.10.7.4 abort): RST|ACK at snd_nxt."""
-        self.tx.send_rst(now)
-
     def next_deadline(self) -> float:
         return self.timers.next_deadline()
-
-    def handle_timer(self, now: float) -> None:
-        self.timers.handle(now)
 
     def timer_fires(self, deadline: float, now: float) -> None:
         """The stack's timer entry for ``deadline`` is due: run the timers if it is still the
