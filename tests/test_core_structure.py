@@ -9,7 +9,8 @@
   tcp_sock): everything else calls the connection's public methods;
 - ``tcp/`` and ``wire/`` stay mypyc-friendly: no weak references, no subclasses of
   builtin containers, no class-level method aliases, no attribute named ``_thread``;
-- no function in ``tcp/`` is longer than 80 lines.
+- no function in ``tcp/`` or ``wire/`` is longer than 60 lines (a few in files owned by other
+  work are listed, none past 80).
 """
 
 from __future__ import annotations
@@ -276,12 +277,41 @@ def test_core_module_is_mypyc_friendly(path: Path) -> None:
             assert node.attr != "_thread", f"{path.name}:{node.lineno}: attribute named _thread"
 
 
-@pytest.mark.parametrize("path", sorted((PKG / "tcp").glob("*.py")), ids=lambda p: p.name)
-def test_tcp_functions_are_short(path: Path) -> None:
+# Functions of the core still over 60 lines, in files owned by other work this session (each
+# entry "dir/file.py: name"); none may grow past 80, and an entry that got short must go.
+LONG_ELSEWHERE = {
+    "tcp/output.py: send_new_data",
+    "tcp/reassembly.py: add",
+    "tcp/recovery.py: process_sack",
+    "tcp/recovery.py: ack_advance",
+    "wire/tcp.py: parse_options",
+}
+
+
+def long_functions(path: Path, limit: int) -> dict[str, int]:
+    """The functions of ``path`` longer than ``limit`` lines, with their length."""
+    found: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
-            assert length <= 80, f"{path.name}: {node.name} has {length} lines"
+            if length > limit:
+                found[f"{path.parent.name}/{path.name}: {node.name}"] = length
+    return found
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_core_functions_are_short(path: Path) -> None:
+    over_80 = long_functions(path, 80)
+    assert not over_80, over_80
+    over_60 = long_functions(path, 60)
+    assert set(over_60) <= LONG_ELSEWHERE, sorted(set(over_60) - LONG_ELSEWHERE)
+
+
+def test_long_function_allowlist_only_shrinks() -> None:
+    over_60: set[str] = set()
+    for path in CORE:
+        over_60 |= set(long_functions(path, 60))
+    assert over_60 >= LONG_ELSEWHERE, sorted(LONG_ELSEWHERE - over_60)
 
 
 def test_connection_module_is_the_control_block_only() -> None:
