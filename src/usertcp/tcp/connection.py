@@ -153,7 +153,6 @@ class Connection:
         self.peer_mss = 536
         self.user_mss = 0              # TCP_MAXSEG
         self.mss = 536                 # effective send MSS (payload bytes per segment)
-        self.syn_options_sent: dict[str, int] = {}
         self.md5_key: bytes | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys set on this socket
         self.pred_flags = 0                    # 0: header prediction off
