@@ -464,7 +464,7 @@ class Syscalls:
                 # writable, or any other wake-up), then go on if sk_stream_memory_free().
                 if conn.sk_wakeups == asleep or not conn.memory_free:
                     asleep = conn.sk_wakeups
-                    conn.sock_nospace = True
+                    conn.note_nospace()
                     yield None
                     continue
                 asleep = -1
@@ -478,7 +478,7 @@ class Syscalls:
             total += n
             if total >= len(data):
                 return total
-            conn.sock_nospace = True  # tcp_sendmsg_locked wait_for_space: SOCK_NOSPACE
+            conn.note_nospace()  # tcp_sendmsg_locked wait_for_space: SOCK_NOSPACE
             if nonblocking:
                 if total:
                     return total
@@ -710,7 +710,7 @@ class Syscalls:
         next ACK that frees enough space wakes the poller (tcp_check_space)."""
         if conn.writable:
             return True
-        conn.sock_nospace = True
+        conn.note_nospace()
         return False
 
     def sys_poll(self, args: list[Expr]) -> SyscallGen:

@@ -345,11 +345,34 @@ class Connection:
     def inherit(self, options: dict[str, object], md5_keys: Md5Keys | None) -> None:
         """A passive child takes what its listening socket set (Linux sk_clone): the socket
         options, and the TCP-MD5 key for its peer (RFC 2385)."""
-        for name, value in options.items():
-            setattr(self, name, value)
+        self.apply_options(options)
         if md5_keys is not None:
             self.md5_keys = md5_keys
             self.md5_key = md5_keys.lookup(self.remote_ip)
+
+    def apply_options(self, options: dict[str, object]) -> None:
+        """Socket options the socket layer keeps by attribute name (TCP_NODELAY, keepalive...)."""
+        for name, value in options.items():
+            setattr(self, name, value)
+
+    def set_md5_keys(self, keys: Md5Keys | None) -> None:
+        """TCP_MD5SIG: the socket's key list (the key for this peer is looked up at open)."""
+        self.md5_keys = keys
+
+    def set_congestion_control(self, cc: CongestionControl) -> None:
+        """TCP_CONGESTION; the socket layer allows it only before data flows."""
+        self.cc = cc
+
+    def take_error(self) -> int:
+        """Read and clear the pending socket error: Linux reports sk_err once (sock_error)."""
+        err = self.error
+        self.error = 0
+        return err
+
+    def note_nospace(self) -> None:
+        """A writer is short of send buffer (Linux SOCK_NOSPACE): the ACK that makes the socket
+        writable again wakes it (``write_space``), and ACKs may grow the buffer."""
+        self.sock_nospace = True
 
     def mark_accepted(self, fastopen_child: bool) -> None:
         """accept() handed this connection to the application. A fast-open child reset in
