@@ -409,12 +409,8 @@ class Connection:
         """Queue immutable views by reference (payload objects): no copy, no limit check."""
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        total = 0
-        for v in views:
-            self.snd_buf.append(v)
-            total += len(v)
+        total = self.queue_views(views)
         self.tx.more_pending = False
-        self.tx.push_end = self.snd_buf.end
         if self.is_synchronized:
             self.tx.run(now)
             self.reschedule()
@@ -497,10 +493,7 @@ class Connection:
         if self.state is not State.CLOSED:
             self.stack.orphan_count_add(1)    # _close_now takes it off again
         st = self.state
-        if st in (State.CLOSED, State.LISTEN):
-            self.close_now(now)
-            return
-        if st is State.SYN_SENT:
+        if st in (State.CLOSED, State.LISTEN, State.SYN_SENT):
             self.close_now(now)
             return
         if len(self.rcv_buf) or self.linger_zero:
