@@ -358,11 +358,13 @@ class Connection:
         mss = min(self.peer_mss, own)
         if self.user_mss:
             mss = min(mss, self.user_mss)
+        # Linux __tcp_mtu_to_mss: the floor applies before the options come off (tcp_min_snd_mss).
+        mss = max(mss, self.config.min_snd_mss)
         if self.ts_ok:
             mss -= 12
         if self.md5_key is not None:
             mss -= 20
-        self.mss = max(mss, 64)
+        self.mss = max(mss, 8)     # Linux TCP_MIN_SND_MSS minus a full option set: 8 data bytes
         self.cc.set_mss(self.mss)
 
     # ----------------------------------------------------------- segment output

@@ -115,11 +115,12 @@ class Recovery:
                     else:
                         a, b = lo, hi
                     if r.start < a:
-                        rtx.insert(i + 1, r.split(a))
+                        if self.split_record(i, a) is None:
+                            break          # Linux tcp_sacktag_walk: a failed split ends the block
                         i += 1
                         continue
-                    if r.end > b:
-                        rtx.insert(i + 1, r.split(b))
+                    if r.end > b and self.split_record(i, b) is None:
+                        break
                     n = r.end - r.start
                     r.sacked = True
                     self.sacked_bytes += n
@@ -138,6 +139,17 @@ class Recovery:
                         c.rtt.on_sample(max(now - r.tx_time, 1e-6))
                 i += 1
         return new
+
+    def split_record(self, index: int, at: int) -> SentSegment | None:
+        """Cut the queued record at ``index`` at offset ``at`` and return the tail, or None if
+        Linux tcp_fragment would refuse it for memory (counted as TcpExtTCPWqueueTooBig). The
+        send buffer's skb is cut there too: each piece is charged to sk_wmem_queued."""
+        c = self.conn
+        if self.rtx.split_refused(index, c.snd_buf.wmem_queued, c.sndbuf_limit):
+            c.mib["TcpExtTCPWqueueTooBig"] += 1
+            return None
+        c.snd_buf.split(at - 1)          # offset 1 is data byte 0
+        return self.rtx.split(index, at)
 
     def mark_lost(self, r: SentSegment) -> None:
         c = self.conn

@@ -20,6 +20,11 @@ _COMPACT_AT = 64
 
 _END = attrgetter("end")
 
+# Linux tcp_fragment's allowance over sk_sndbuf before it refuses to split a queued skb
+# (CVE-2019-11478): 2 * SKB_TRUESIZE(GSO_LEGACY_MAX_SIZE), a 64 KiB payload plus the
+# cache-aligned sk_buff (256) and skb_shared_info (320).
+FRAGMENT_ALLOWANCE = 2 * (65536 + 256 + 320)
+
 
 class SentSegment:
     """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
@@ -113,3 +118,16 @@ class RtxQueue:
         none): the first record a SACK block starting at ``offset`` can touch, found by
         bisection as Linux tcp_sacktag_bsearch walks the rb-tree."""
         return bisect_right(self._segs, offset, self._head, len(self._segs), key=_END) - self._head
+
+    def split(self, index: int, at: int) -> SentSegment:
+        """Cut the record at position ``index`` at offset ``at``; the tail, which keeps the
+        transmission history, is queued right after it and returned (Linux tcp_fragment)."""
+        tail = self[index].split(at)
+        self._segs.insert(self._head + index + 1, tail)
+        return tail
+
+    def split_refused(self, index: int, wmem_queued: int, sndbuf: int) -> bool:
+        """Linux tcp_fragment's memory check: with half of sk_wmem_queued over sk_sndbuf plus
+        the allowance, only the first and the last record may still be split, so that a peer
+        cannot cut the queue into tiny pieces without bound (CVE-2019-11478)."""
+        return (wmem_queued >> 1) > sndbuf + FRAGMENT_ALLOWANCE and 0 < index < len(self) - 1
