@@ -282,6 +282,7 @@ class Output:
             # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
             rec.rtx[0].tx_count += 1
             rec.rtx[0].tx_time = now
+            rec.rtx.sent_again(rec.rtx[0])
         return ok
 
     def run(self, now: float) -> None:
@@ -375,6 +376,7 @@ class Output:
         rec.retrans_bytes += r.end - r.start
         r.tx_count += 1
         r.tx_time = now
+        rec.rtx.sent_again(r)
         c.total_retrans += 1
         if c.stack.tracer is not None:
             reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(rec.ca_state, "probe")

@@ -123,6 +123,7 @@ class Recovery:
                         break
                     n = r.end - r.start
                     r.sacked = True
+                    rtx.unlink_sent(r)
                     self.sacked_bytes += n
                     c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
                     if r.lost:
@@ -217,20 +218,29 @@ class Recovery:
         reo = self.rack_reo_wnd()
         xts, xend = self.rack_xmit_ts, self.rack_end
         wait = INF
-        for r in self.rtx:
+        rtx = self.rtx
+        # Linux tcp_rack_detect_loss walks tsorted_sent_queue, oldest sent first: SACKed
+        # records and those RACK marked lost are not in it.
+        r = rtx.sent_first
+        while r is not None:
+            nxt = r.sent_next
             if r.sacked or (r.lost and not r.retrans):
-                continue
+                r = nxt
+                continue                 # lost at an RTO, not yet resent
             if r.tx_time > xts or (r.tx_time == xts and r.end >= xend):
-                continue                 # not sent before the latest delivered segment
+                break                    # this one and all later were sent after the latest delivered
             remaining = r.tx_time + self.rack_rtt + reo - now
-            if remaining <= 1e-9:
-                if r.lost:               # a lost retransmission: eligible again
-                    r.retrans = False
-                    self.retrans_bytes -= r.end - r.start
-                else:
-                    self.mark_lost(r)
-            elif remaining < wait:
+            if remaining > 1e-9:
+                # Sent no earlier than this one, every later record waits at least as long.
                 wait = remaining
+                break
+            if r.lost:                   # a lost retransmission: eligible again
+                r.retrans = False
+                self.retrans_bytes -= r.end - r.start
+            else:
+                self.mark_lost(r)
+            rtx.unlink_sent(r)
+            r = nxt
         # Linux adds TCP_TIMEOUT_MIN (2 ms) to the reordering timer.
         c.timers.rack_deadline = now + wait + 0.002 if wait != INF else INF
 
