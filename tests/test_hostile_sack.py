@@ -88,3 +88,26 @@ def test_sack_storm_cannot_cut_the_queue_without_bound() -> None:
     p.send(".", 1, conn.snd_max, win=65535)
     assert conn.snd_una == conn.snd_max and not rec.rtx and rec.sacked_bytes == 0
     check_connection(conn)
+
+
+def test_sacked_ranges_are_merged_so_repeated_blocks_cost_a_lookup() -> None:
+    """Linux collapses SACKed skbs (tcp_shift_skb_data): after single pieces and then one
+    block over them all, the SACKed range is one record, whatever came before."""
+    p, conn = open_with_mss(48, ts=False, config=StackConfig(wmem=(4096, SNDBUF, SNDBUF)))
+    p.stack.gso_max_size = OFFLOAD_GSO_MAX_SIZE
+    conn.send(bytes(4800), p.now)
+    p.drain()
+    una = conn.snd_una
+    assert conn.snd_max - una >= 8 * conn.mss
+    sack_every_other_mss(p, conn, 1)                  # pieces 1, 3, 5 and 7 SACKed
+    rec = conn.recovery
+    assert len([r for r in rec.rtx if r.sacked]) == 4
+    mss = conn.mss
+    left = (conn.iss + una + mss) & MASK
+    right = (conn.iss + una + 8 * mss) & MASK
+    for _ in range(3):                                 # one block over pieces 1..7, repeated
+        p.send(".", 1, una, win=65535, options=encode_options(sack_blocks=[(left, right)]))
+    sacked = [r for r in rec.rtx if r.sacked]
+    assert len(sacked) == 1 and (sacked[0].start, sacked[0].end) == (una + mss, una + 8 * mss)
+    assert rec.sacked_bytes == 7 * mss
+    check_connection(conn)

@@ -70,6 +70,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                  "receive cost per segment with header prediction on and off, plain and TCP-MD5"),
     "apps": ("usertcp.bench.apps",
              "uvicorn requests/s on usertcp over TUN vs the kernel (wrk); SMTP setup rate, preload or not"),
+    "hostile": ("usertcp.bench.hostile",
+                "per-ACK cost of SACK attacks; legitimate clients served during SYN flood, "
+                "zero-window hoarding and SACK storm vs no attack"),
 }
 
 

@@ -331,7 +331,7 @@ class Output:
         sent = False
         cwnd = c.cc.cwnd
         rtx = rec.rtx
-        i = -1
+        i = rec.first_to_retransmit() - 1
         while i + 1 < len(rtx):
             i += 1
             r = rtx[i]

@@ -38,11 +38,12 @@ class Recovery:
     __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
                  "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
                  "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reordering",
-                 "retrans_bytes", "rtx", "sacked_bytes")
+                 "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes")
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
         self.rtx = RtxQueue()           # sent and not cumulatively acked, in order
+        self.rtx_hint = 0               # no record below this offset waits to be retransmitted
         self.sacked_bytes = 0
         self.lost_bytes = 0
         self.retrans_bytes = 0
@@ -138,8 +139,29 @@ class Recovery:
                     new = True
                     if r.tx_count == 1 and not c.ts_ok:
                         c.rtt.on_sample(max(now - r.tx_time, 1e-6))
+                    i = self._merge_sacked(i)
                 i += 1
         return new
+
+    def _merge_sacked(self, i: int) -> int:
+        """Fold the just-SACKed record at ``i`` into SACKed neighbours it touches, so that a
+        SACKed range is one record and a block repeated in later ACKs costs a lookup, not a
+        walk (Linux tcp_shift_skb_data / tcp_shifted_skb collapse SACKed skbs). Returns the
+        record's new position."""
+        rtx = self.rtx
+        r = rtx[i]
+        if i + 1 < len(rtx):
+            nxt = rtx[i + 1]
+            if nxt.sacked and nxt.start == r.end:
+                r.end, r.fin = nxt.end, nxt.fin
+                rtx.remove(i + 1)
+        if i > 0:
+            prev = rtx[i - 1]
+            if prev.sacked and prev.end == r.start:
+                prev.end, prev.fin = r.end, r.fin
+                rtx.remove(i)
+                return i - 1
+        return i
 
     def split_record(self, index: int, at: int) -> SentSegment | None:
         """Cut the queued record at ``index`` at offset ``at`` and return the tail, or None if
@@ -152,12 +174,53 @@ class Recovery:
         c.snd_buf.split(at - 1)          # offset 1 is data byte 0
         return self.rtx.split(index, at)
 
+    def timeout_mark_lost(self) -> None:
+        """Linux tcp_timeout_mark_lost at an RTO: everything not SACKed is lost. A SACKed head
+        means the receiver reneged (RFC 2018 §8): forget every SACK mark, and retransmit from
+        SND.UNA."""
+        c = self.conn
+        rtx = self.rtx
+        reneged = bool(rtx) and rtx[0].sacked
+        if reneged:
+            c.mib["TcpExtTCPSACKReneging"] += 1
+            self.sacked_bytes = 0
+        lost = 0
+        for r in rtx:
+            if reneged:
+                r.sacked = False
+            r.retrans = False
+            if not r.sacked:
+                r.lost = True
+                lost += r.end - r.start
+        self.retrans_bytes = 0
+        self.lost_bytes = lost
+        self.rtx_hint = 0
+
+    def first_to_retransmit(self) -> int:
+        """Position of the first record that is lost and neither SACKed nor retransmitted
+        (``len(rtx)`` if none), resuming from where the last search stopped, as Linux
+        tcp_xmit_retransmit_queue starts at tp->retransmit_skb_hint."""
+        rtx = self.rtx
+        i = rtx.index_ending_after(self.rtx_hint)
+        n = len(rtx)
+        while i < n:
+            r = rtx[i]
+            if r.lost and not r.retrans and not r.sacked:
+                self.rtx_hint = r.start
+                return i
+            i += 1
+        if n:
+            self.rtx_hint = rtx[n - 1].end
+        return n
+
     def mark_lost(self, r: SentSegment) -> None:
         c = self.conn
         if r.sacked or r.lost:
             return
         n = r.end - r.start
         r.lost = True
+        if r.start < self.rtx_hint:
+            self.rtx_hint = r.start
         self.lost_bytes += n
         if c.stack.tracer is not None:
             c.stack.trace(c, "tcp:packet_lost", {
@@ -237,6 +300,8 @@ class Recovery:
             if r.lost:                   # a lost retransmission: eligible again
                 r.retrans = False
                 self.retrans_bytes -= r.end - r.start
+                if r.start < self.rtx_hint:
+                    self.rtx_hint = r.start
             else:
                 self.mark_lost(r)
             rtx.unlink_sent(r)
@@ -248,13 +313,15 @@ class Recovery:
         """RFC 6675 §4 IsLost: DupThresh SACKed segments, or more than (DupThresh-1)*SMSS bytes, above."""
         c = self.conn
         thresh = c.config.reordering
-        limit = (thresh - 1) * c.mss
+        mss = max(c.mss, 1)
+        limit = (thresh - 1) * mss
         sacked_above = 0
         sacked_segs = 0
         for r in reversed(self.rtx):
             if r.sacked:
-                sacked_above += r.end - r.start
-                sacked_segs += 1
+                n = r.end - r.start
+                sacked_above += n
+                sacked_segs += -(-n // mss)      # in segments: SACKed records are merged
             elif (sacked_segs >= thresh or sacked_above > limit) and not r.lost and not r.retrans:
                 self.mark_lost(r)
 
