@@ -60,7 +60,7 @@ class StackConfig:
     syncookies: int = 1                   # tcp_syncookies
     max_syn_backlog: int = 4096           # tcp_max_syn_backlog
     somaxconn: int = 4096
-    challenge_ack_limit: int = 1000       # tcp_challenge_ack_limit per second (RFC 5961 §7)
+    challenge_ack_limit: int = (1 << 31) - 1   # tcp_challenge_ack_limit: off (INT_MAX) since Linux 6.0
     invalid_ratelimit: float = 0.5        # tcp_invalid_ratelimit (per-socket out-of-window ACKs)
     mtu: int = 1500
     min_snd_mss: int = 48                 # tcp_min_snd_mss: floor on the peer's MSS (CVE-2019-11479)

@@ -27,6 +27,7 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
@@ -358,8 +359,7 @@ class Connection:
         mss = min(self.peer_mss, own)
         if self.user_mss:
             mss = min(mss, self.user_mss)
-        # Linux __tcp_mtu_to_mss: the floor applies before the options come off (tcp_min_snd_mss).
-        mss = max(mss, self.config.min_snd_mss)
+        mss = max(mss, self.config.min_snd_mss)     # Linux __tcp_mtu_to_mss: before the options
         if self.ts_ok:
             mss -= 12
         if self.md5_key is not None:
@@ -483,9 +483,9 @@ class Connection:
             return
         self.error = err
         if self.on_readable is not None:
-            self.on_readable(self)
+            notify(self, self.on_readable)
         if self.on_writable is not None:
-            self.on_writable(self)
+            notify(self, self.on_writable)
 
     def _negotiate(self, seg: Segment, now: float) -> None:
         """Options from the peer's SYN (RFC 7323 §2.2/§3.2, RFC 2018 §2, RFC 9293 §3.7.1)."""
@@ -677,9 +677,9 @@ class Connection:
         self.reschedule()
         # Wake event-driven users: a reset or a failure is news for readers and writers.
         if self.on_readable is not None:
-            self.on_readable(self)
+            notify(self, self.on_readable)
         if self.on_writable is not None:
-            self.on_writable(self)
+            notify(self, self.on_writable)
 
     def _reset_by_peer(self, now: float) -> None:
         if self.state is State.SYN_SENT:
@@ -784,12 +784,12 @@ class Connection:
             self.rtt.on_sample(max(sample, 0.0001))
 
     def _challenge_ack(self, now: float) -> None:
-        """RFC 5961 §7: challenge ACKs, limited per stack and per connection."""
-        if not self._oow_allowed(now) or not self.stack.challenge_ack_allowed(now):
+        """RFC 5961 §7: challenge ACKs, limited per connection, then by the stack's budget."""
+        if not self._oow_allowed(now):
             self.mib["TcpExtTCPACKSkippedChallenge"] += 1
-            return
-        self.mib["TcpExtTCPChallengeACK"] += 1
-        self.tx.send_ack(now)
+        elif self.stack.challenge_ack_allowed(now):    # Linux counts no skip for the budget
+            self.mib["TcpExtTCPChallengeACK"] += 1
+            self.tx.send_ack(now)
 
     def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
         """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify
 from usertcp.tcp.rtx_queue import RtxQueue, SentSegment
 from usertcp.tcp.states import State
 from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
@@ -580,7 +581,7 @@ class Recovery:
         # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
         self.acked_unsacked = acked_unsacked
         if c.on_writable is not None and data_end > 0:
-            c.on_writable(c)
+            notify(c, c.on_writable)
         # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
         c.rtt.reset_backoff()
         tm.retransmits = 0
