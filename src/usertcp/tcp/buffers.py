@@ -10,26 +10,10 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections import deque
 
+from usertcp.tcp.memory import MemAccount
 from usertcp.wire.segment import Buffer
 
-
-class MemAccount:
-    """Bytes held in every connection's send and receive buffers of one stack (Linux tcp_mem)."""
-
-    __slots__ = ("limit", "peak", "used")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit          # 0: unlimited
-        self.used = 0
-        self.peak = 0
-
-    def room(self) -> int:
-        return max(self.limit - self.used, 0) if self.limit else 1 << 62
-
-    def add(self, n: int) -> None:
-        self.used += n
-        if self.used > self.peak:
-            self.peak = self.used
+__all__ = ["SKB_TRUESIZE_OVERHEAD", "MemAccount", "RecvBuffer", "SendBuffer"]
 
 
 # Linux skb->truesize of an empty skb from tcp_stream_alloc_skb(): SKB_TRUESIZE() of a

@@ -257,7 +257,8 @@ class Connection:
     @property
     def send_space(self) -> int:
         """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
-        return min(self.snd_buf.room(self.tx.size_goal(), self.sndbuf_limit), self.stack.mem.room())
+        return min(self.snd_buf.room(self.tx.size_goal(), self.sndbuf_limit),
+                   self.stack.mem.send_room(self.snd_buf.wmem_queued, self.config.wmem[0]))
 
     @property
     def memory_free(self) -> bool:

@@ -501,8 +501,7 @@ class Output:
         if not c.sock_nospace:
             return
         mem = c.stack.mem
-        if (not c.sndbuf_locked and c.in_flight < c.cc.cwnd
-                and not (mem.limit and mem.used >= mem.limit)):
+        if not c.sndbuf_locked and c.in_flight < c.cc.cwnd and not mem.under_pressure():
             self.sndbuf_expand()       # tcp_should_expand_sndbuf()
         c.write_space()
 
@@ -536,7 +535,7 @@ class Output:
                     c.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
                     break
                 copy = goal
-            copy = min(copy, total - copied, mem.room())
+            copy = min(copy, total - copied, mem.send_room(buf.wmem_queued, c.config.wmem[0]))
             if copy <= 0:
                 c.mib["UsertcpSendMemLimited"] += 1
                 break

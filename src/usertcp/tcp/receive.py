@@ -73,7 +73,7 @@ class Receive:
             fin = False
             mib["UsertcpBeyondWindow"] += 1
         mem = c.stack.mem
-        if plen and mem.limit and mem.used + plen > mem.limit:
+        if plen and not mem.recv_allowed(plen, len(c.rcv_buf) + c.ooo.bytes_queued, c.config.rmem[0]):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
             # ACK restates what we have, and the peer retransmits when memory frees.
             mib["TcpExtTCPRcvQDrop"] += 1

@@ -189,7 +189,7 @@ class Stack:
         self.app_faults: list[Connection] = []   # to reset: an application callback raised
         self.time_wait_count = 0
         self.orphans = 0                  # closed by the application, not yet CLOSED (tcp_orphan_count)
-        self.mem = MemAccount(self.config.mem_limit)   # all send/receive buffers (Linux tcp_mem)
+        self.mem = MemAccount(self.config.mem_limit, self.counters.table)   # Linux tcp_mem
         self.gso_max_size = 0             # > 0 when the link segments for us (TSO)
         self.tx_csum_offload = False
         self.tracer: Callable[[dict[str, Any]], None] | None = None
