@@ -32,7 +32,8 @@ from usertcp.tcp.stack import Listener, Stack
 
 APPS = ("echo", "discard", "source")
 ECHO_BACKLOG = 1 << 20
-ECHO_BACKLOG_TOTAL = 32 << 20     # all connections of one server together
+ECHO_BACKLOG_TOTAL = 32 << 20     # all connections of one server together...
+ECHO_BACKLOG_MIN = 64 << 10       # ...beyond which each connection still gets this much
 _SEND_CHUNK = 1 << 16
 
 
@@ -159,8 +160,11 @@ class BasicServer:
         now = self.now()
         room = len(conn.rcv_buf)
         if self.app == "echo" and room:
+            # Every connection may hold ECHO_BACKLOG_MIN whatever the others hold, as TCP
+            # guarantees each socket tcp_rmem[0]: hoarders cannot starve the rest.
             room = min(room, ECHO_BACKLOG - s.echo_bytes,
-                       self.backlog_limit - self.stats["echo_backlog"])
+                       max(self.backlog_limit - self.stats["echo_backlog"],
+                           ECHO_BACKLOG_MIN - s.echo_bytes))
             if room <= 0:
                 self.stats["echo_backlog_full"] += 1
                 if s.echo_bytes < ECHO_BACKLOG:

@@ -336,8 +336,9 @@ def _hoard(world: _World, hoarders: int) -> Callable[[float], None]:
 
 
 class _SackStorm:
-    """A download with MSS 48: the attacker ACKs until ``pieces`` MSS are in flight, then never
-    again, and storms SACK blocks that cut the flight (CVE-2019-11477/11478's pattern)."""
+    """A download with MSS 48: the attacker ACKs until the server's window exceeds ``pieces``
+    MSS, then never again, and storms SACK blocks that cut the flight in flight
+    (CVE-2019-11477/11478's pattern)."""
 
     def __init__(self, world: _World, rate: float, pieces: int = 4000) -> None:
         self.world = world
@@ -362,8 +363,10 @@ class _SackStorm:
         self.high = max(self.high, ((seg.seq - self.isn) & MASK) + len(seg.payload))
         if self.storming:
             return
-        if self.high - self.una >= self.pieces * 48:
-            self.storming = True            # enough in flight: never acknowledge again
+        if self.high >= 2 * self.pieces * 48:
+            # Slow start has opened cwnd past ``pieces``: never acknowledge again, so what
+            # the server sends from here on stays in flight.
+            self.storming = True
         else:
             self.una = self.high
             self.world.to_server(self.peer.packet(ACK, 1, self.isn + self.una))
