@@ -527,9 +527,8 @@ class Connection:
         if self.snd_buf.acct is not None:
             self.snd_buf.acct.used -= len(self.snd_buf)
             self.snd_buf.acct = None
-        if self.closed_by_app and self.rcv_buf.acct is not None:
-            self.rcv_buf.acct.used -= len(self.rcv_buf)
-            self.rcv_buf.acct = None
+        if self.closed_by_app:
+            self.rcv_buf.detach_account()
         self.set_state(State.CLOSED, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF

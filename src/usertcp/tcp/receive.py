@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.appguard import notify
+from usertcp.tcp.buffers import truesize
 from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
@@ -74,7 +75,8 @@ class Receive:
             fin = False
             mib["UsertcpBeyondWindow"] += 1
         mem = c.stack.mem
-        if plen and not mem.recv_allowed(plen, len(c.rcv_buf) + c.ooo.bytes_queued, c.config.rmem[0]):
+        if plen and not mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
+                                         c.config.rmem[0]):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
             # ACK restates what we have, and the peer retransmits when memory frees.
             mib["TcpExtTCPRcvQDrop"] += 1

@@ -15,7 +15,7 @@ from typing import Any
 
 from usertcp.tcp import fastopen, syncookies
 from usertcp.tcp.appguard import notify_listener
-from usertcp.tcp.buffers import MemAccount
+from usertcp.tcp.buffers import MemAccount, truesize
 from usertcp.tcp.challenge import ChallengeAckBudget
 from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackConfig
 from usertcp.tcp.connection import Connection, State
@@ -304,8 +304,8 @@ class Stack:
         if ack != una or plen > conn.rcv_adv - conn.rcv_nxt:
             return False
         mem = self.mem
-        if mem.limit and mem.used + plen > mem.limit:
-            return False                 # the slow path drops and counts it
+        if mem.limit and mem.used + truesize(mv) > mem.limit:
+            return False                 # the slow path decides: a minimum, or a counted drop
         mib["TcpInSegs"] += 1
         mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
         mib["TcpExtTCPHPHits"] += 1
