@@ -72,6 +72,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "bottleneck queue delay and utilisation: DCTCP (step, ramp marking) vs CUBIC (ECN, tail drop)"),
     "apps": ("usertcp.bench.apps",
              "uvicorn requests/s on usertcp over TUN vs the kernel (wrk); SMTP setup rate, preload or not"),
+    "hostile": ("usertcp.bench.hostile",
+                "per-ACK cost of SACK attacks; legitimate clients served during SYN flood, "
+                "zero-window hoarding and SACK storm vs no attack"),
 }
 
 

@@ -10,26 +10,10 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections import deque
 
+from usertcp.tcp.memory import MemAccount
 from usertcp.wire.segment import Buffer
 
-
-class MemAccount:
-    """Bytes held in every connection's send and receive buffers of one stack (Linux tcp_mem)."""
-
-    __slots__ = ("limit", "peak", "used")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit          # 0: unlimited
-        self.used = 0
-        self.peak = 0
-
-    def room(self) -> int:
-        return max(self.limit - self.used, 0) if self.limit else 1 << 62
-
-    def add(self, n: int) -> None:
-        self.used += n
-        if self.used > self.peak:
-            self.peak = self.used
+__all__ = ["RX_CHUNK_OVERHEAD", "SKB_TRUESIZE_OVERHEAD", "MemAccount", "RecvBuffer", "SendBuffer", "truesize"]
 
 
 # Linux skb->truesize of an empty skb from tcp_stream_alloc_skb(): SKB_TRUESIZE() of a
@@ -210,36 +194,106 @@ class SendBuffer:
             self._sent = upto
 
 
-class RecvBuffer:
-    """In-order received bytes not yet read, as the memoryviews they arrived in."""
+# What one kept segment costs beyond the packet buffer it keeps alive: the memoryview
+# object and the bytes object's header (sys.getsizeof: 184 + 33, rounded up), the part of
+# Linux's skb->truesize that is not data.
+RX_CHUNK_OVERHEAD = 256
+# Linux tcp_collapse: once this many small segments (each costing over twice its payload)
+# sit in a row at the tail, their bytes are copied into one compact buffer.
+COLLAPSE_AFTER = 32
 
-    __slots__ = ("_chunks", "acct", "size")
+
+def truesize(data: memoryview) -> int:
+    """Memory a received chunk keeps alive (Linux skb->truesize): the whole packet buffer it
+    is a view of, plus the objects around it; not just its payload bytes."""
+    base = data.obj
+    n = len(base) if isinstance(base, (bytes, bytearray)) else data.nbytes
+    return n + RX_CHUNK_OVERHEAD
+
+
+class RecvBuffer:
+    """In-order received bytes not yet read, as the memoryviews they arrived in.
+
+    The stack's account is charged each chunk's truesize, not its length (Linux charges
+    sk_rmem_alloc with skb->truesize, tcp_try_rmem_schedule): a 1-byte segment keeps a whole
+    packet buffer alive. Runs of small segments are collapsed into one buffer (tcp_collapse,
+    counted as TcpExtTCPRcvCollapsed), which gives most of that memory back."""
+
+    __slots__ = ("_chunks", "_costs", "_small", "acct", "charged", "size")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self._chunks: deque[memoryview] = deque()
+        self._costs: deque[int] = deque()      # the truesize charged for each chunk
+        self._small = 0                        # small chunks in a row at the tail
         self.size = 0
+        self.charged = 0
         self.acct = acct
 
     def __len__(self) -> int:
         return self.size
 
     def append(self, data: memoryview) -> None:
-        if len(data):
-            self._chunks.append(data)
-            self.size += len(data)
-            if self.acct is not None:
-                self.acct.add(len(data))
+        n = len(data)
+        if not n:
+            return
+        cost = truesize(data)
+        self._chunks.append(data)
+        self._costs.append(cost)
+        self.size += n
+        self._charge(cost)
+        if cost > 2 * n:
+            self._small += 1
+            if self._small >= COLLAPSE_AFTER:
+                self._collapse_tail(self._small)
+        else:
+            self._small = 0
 
-    def _freed(self, n: int) -> None:
+    def _charge(self, cost: int) -> None:
+        self.charged += cost
         if self.acct is not None:
-            self.acct.used -= n
+            self.acct.add(cost)
+
+    def _collapse_tail(self, count: int) -> None:
+        """Copy the last ``count`` chunks into one buffer (Linux tcp_collapse)."""
+        chunks, costs = self._chunks, self._costs
+        parts = [chunks.pop() for _ in range(count)]
+        freed = sum(costs.pop() for _ in range(count))
+        parts.reverse()
+        merged = memoryview(b"".join(parts))
+        chunks.append(merged)
+        cost = truesize(merged)
+        costs.append(cost)
+        self._small = 0
+        self._uncharge(freed - cost)
+        if self.acct is not None and self.acct.mib is not None:
+            self.acct.mib["TcpExtTCPRcvCollapsed"] += count
+
+    def _uncharge(self, cost: int) -> None:
+        self.charged -= cost
+        if self.acct is not None:
+            self.acct.used -= cost
+
+    def _pop_head(self) -> memoryview:
+        """The head chunk was consumed entirely: its whole truesize is freed."""
+        self._uncharge(self._costs.popleft())
+        if len(self._chunks) == 1:
+            self._small = 0
+        return self._chunks.popleft()
+
+    def detach_account(self) -> None:
+        """Give everything charged back to the stack and stop charging (socket closed)."""
+        if self.acct is not None:
+            self.acct.used -= self.charged
+            self.acct = None
 
     def read(self, n: int) -> bytes:
         """Copy out and consume up to ``n`` bytes."""
         if n >= self.size:
             out = b"".join(self._chunks)
             self._chunks.clear()
-            self._freed(self.size)
+            self._costs.clear()
+            self._small = 0
+            self._uncharge(self.charged)
             self.size = 0
             return out
         parts: list[memoryview] = []
@@ -248,14 +302,13 @@ class RecvBuffer:
         while need:
             c = chunks[0]
             if len(c) <= need:
-                parts.append(chunks.popleft())
+                parts.append(self._pop_head())
                 need -= len(c)
             else:
                 parts.append(c[:need])
                 chunks[0] = c[need:]
                 need = 0
         self.size -= n
-        self._freed(n)
         return b"".join(parts)
 
     def read_into(self, target: memoryview) -> int:
@@ -268,11 +321,10 @@ class RecvBuffer:
             target[pos:pos + take] = c[:take]
             pos += take
             if take == len(c):
-                chunks.popleft()
+                self._pop_head()
             else:
                 chunks[0] = c[take:]
         self.size -= n
-        self._freed(n)
         return n
 
     def peek(self, offset: int, length: int) -> bytes:
@@ -304,13 +356,12 @@ class RecvBuffer:
         while left:
             c = chunks[0]
             if len(c) <= left:
-                chunks.popleft()
+                self._pop_head()
                 left -= len(c)
             else:
                 chunks[0] = c[left:]
                 left = 0
         self.size -= n
-        self._freed(n)
 
     def chunks(self) -> deque[memoryview]:
         return self._chunks

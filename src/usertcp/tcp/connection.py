@@ -32,6 +32,7 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.handshake import Handshake
@@ -255,7 +256,8 @@ class Connection:
     @property
     def send_space(self) -> int:
         """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
-        return min(self.snd_buf.room(self.tx.size_goal(), self.sndbuf_limit), self.stack.mem.room())
+        return min(self.snd_buf.room(self.tx.size_goal(), self.sndbuf_limit),
+                   self.stack.mem.send_room(self.snd_buf.wmem_queued, self.config.wmem[0]))
 
     @property
     def memory_free(self) -> bool:
@@ -314,11 +316,12 @@ class Connection:
         mss = min(self.peer_mss, own)
         if self.user_mss:
             mss = min(mss, self.user_mss)
+        mss = max(mss, self.config.min_snd_mss)     # Linux __tcp_mtu_to_mss: before the options
         if self.ts_ok:
             mss -= 12
         if self.md5_key is not None:
             mss -= 20
-        self.mss = max(mss, 64)
+        self.mss = max(mss, 8)     # Linux TCP_MIN_SND_MSS minus a full option set: 8 data bytes
         self.cc.set_mss(self.mss)
 
     def pmtu_reduced(self, mtu: int) -> bool:
@@ -338,9 +341,9 @@ class Connection:
             return
         self.error = err
         if self.on_readable is not None:
-            self.on_readable(self)
+            notify(self, self.on_readable)
         if self.on_writable is not None:
-            self.on_writable(self)
+            notify(self, self.on_writable)
 
     def inherit(self, options: dict[str, object], md5_keys: Md5Keys | None) -> None:
         """A passive child takes what its listening socket set (Linux sk_clone): the socket
@@ -522,8 +525,11 @@ class Connection:
             return
         self.reschedule()
 
-    def abort(self, now: float) -> None:
-        """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything."""
+    def abort(self, now: float, error: int = 0) -> None:
+        """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything;
+        ``error`` is what the application's next call reports (0: none)."""
+        if error:
+            self.error = error
         if (self.state in SYNCHRONIZED and self.state is not State.TIME_WAIT) \
                 or self.state is State.SYN_RECEIVED:
             self.tx.send_rst(now)
@@ -536,9 +542,8 @@ class Connection:
         if self.snd_buf.acct is not None:
             self.snd_buf.acct.used -= len(self.snd_buf)
             self.snd_buf.acct = None
-        if self.closed_by_app and self.rcv_buf.acct is not None:
-            self.rcv_buf.acct.used -= len(self.rcv_buf)
-            self.rcv_buf.acct = None
+        if self.closed_by_app:
+            self.rcv_buf.detach_account()
         self.set_state(State.CLOSED, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF
@@ -548,9 +553,9 @@ class Connection:
         self.reschedule()
         # Wake event-driven users: a reset or a failure is news for readers and writers.
         if self.on_readable is not None:
-            self.on_readable(self)
+            notify(self, self.on_readable)
         if self.on_writable is not None:
-            self.on_writable(self)
+            notify(self, self.on_writable)
 
     def reset_by_peer(self, now: float) -> None:
         if self.state is State.SYN_SENT:
@@ -597,12 +602,12 @@ class Connection:
             self.rtt.on_sample(max(sample, 0.0001))
 
     def _challenge_ack(self, now: float) -> None:
-        """RFC 5961 §7: challenge ACKs, limited per stack and per connection."""
-        if not self._oow_allowed(now) or not self.stack.challenge_ack_allowed(now):
+        """RFC 5961 §7: challenge ACKs, limited per connection, then by the stack's budget."""
+        if not self._oow_allowed(now):
             self.mib["TcpExtTCPACKSkippedChallenge"] += 1
-            return
-        self.mib["TcpExtTCPChallengeACK"] += 1
-        self.tx.send_ack(now)
+        elif self.stack.challenge_ack_allowed(now):    # Linux counts no skip for the budget
+            self.mib["TcpExtTCPChallengeACK"] += 1
+            self.tx.send_ack(now)
 
     def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
         """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.

@@ -288,6 +288,7 @@ class Output:
             # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
             rec.rtx[0].tx_count += 1
             rec.rtx[0].tx_time = now
+            rec.rtx.sent_again(rec.rtx[0])
         return ok
 
     def run(self, now: float) -> None:
@@ -336,7 +337,7 @@ class Output:
         sent = False
         cwnd = c.cc.cwnd
         rtx = rec.rtx
-        i = -1
+        i = rec.first_to_retransmit() - 1
         while i + 1 < len(rtx):
             i += 1
             r = rtx[i]
@@ -381,6 +382,7 @@ class Output:
         rec.retrans_bytes += r.end - r.start
         r.tx_count += 1
         r.tx_time = now
+        rec.rtx.sent_again(r)
         c.total_retrans += 1
         if c.stack.tracer is not None:
             reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(rec.ca_state, "probe")
@@ -505,8 +507,7 @@ class Output:
         if not c.sock_nospace:
             return
         mem = c.stack.mem
-        if (not c.sndbuf_locked and c.in_flight < c.cc.cwnd
-                and not (mem.limit and mem.used >= mem.limit)):
+        if not c.sndbuf_locked and c.in_flight < c.cc.cwnd and not mem.under_pressure():
             self.sndbuf_expand()       # tcp_should_expand_sndbuf()
         c.write_space()
 
@@ -540,7 +541,7 @@ class Output:
                     c.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
                     break
                 copy = goal
-            copy = min(copy, total - copied, mem.room())
+            copy = min(copy, total - copied, mem.send_room(buf.wmem_queued, c.config.wmem[0]))
             if copy <= 0:
                 c.mib["UsertcpSendMemLimited"] += 1
                 break

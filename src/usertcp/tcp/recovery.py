@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify
 from usertcp.tcp.rtx_queue import RtxQueue, SentSegment
 from usertcp.tcp.states import State
 from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
@@ -38,11 +39,12 @@ class Recovery:
     __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
                  "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
                  "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reordering",
-                 "retrans_bytes", "rtx", "sacked_bytes")
+                 "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes")
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
         self.rtx = RtxQueue()           # sent and not cumulatively acked, in order
+        self.rtx_hint = 0               # no record below this offset waits to be retransmitted
         self.sacked_bytes = 0
         self.lost_bytes = 0
         self.retrans_bytes = 0
@@ -115,13 +117,15 @@ class Recovery:
                     else:
                         a, b = lo, hi
                     if r.start < a:
-                        rtx.insert(i + 1, r.split(a))
+                        if self.split_record(i, a) is None:
+                            break          # Linux tcp_sacktag_walk: a failed split ends the block
                         i += 1
                         continue
-                    if r.end > b:
-                        rtx.insert(i + 1, r.split(b))
+                    if r.end > b and self.split_record(i, b) is None:
+                        break
                     n = r.end - r.start
                     r.sacked = True
+                    rtx.unlink_sent(r)
                     self.sacked_bytes += n
                     c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
                     if r.lost:
@@ -136,8 +140,79 @@ class Recovery:
                     new = True
                     if r.tx_count == 1 and not c.ts_ok:
                         c.rtt.on_sample(max(now - r.tx_time, 1e-6))
+                    i = self._merge_sacked(i)
                 i += 1
         return new
+
+    def _merge_sacked(self, i: int) -> int:
+        """Fold the just-SACKed record at ``i`` into SACKed neighbours it touches, so that a
+        SACKed range is one record and a block repeated in later ACKs costs a lookup, not a
+        walk (Linux tcp_shift_skb_data / tcp_shifted_skb collapse SACKed skbs). Returns the
+        record's new position."""
+        rtx = self.rtx
+        r = rtx[i]
+        if i + 1 < len(rtx):
+            nxt = rtx[i + 1]
+            if nxt.sacked and nxt.start == r.end:
+                r.end, r.fin = nxt.end, nxt.fin
+                rtx.remove(i + 1)
+        if i > 0:
+            prev = rtx[i - 1]
+            if prev.sacked and prev.end == r.start:
+                prev.end, prev.fin = r.end, r.fin
+                rtx.remove(i)
+                return i - 1
+        return i
+
+    def split_record(self, index: int, at: int) -> SentSegment | None:
+        """Cut the queued record at ``index`` at offset ``at`` and return the tail, or None if
+        Linux tcp_fragment would refuse it for memory (counted as TcpExtTCPWqueueTooBig). The
+        send buffer's skb is cut there too: each piece is charged to sk_wmem_queued."""
+        c = self.conn
+        if self.rtx.split_refused(index, c.snd_buf.wmem_queued, c.sndbuf_limit):
+            c.mib["TcpExtTCPWqueueTooBig"] += 1
+            return None
+        c.snd_buf.split(at - 1)          # offset 1 is data byte 0
+        return self.rtx.split(index, at)
+
+    def timeout_mark_lost(self) -> None:
+        """Linux tcp_timeout_mark_lost at an RTO: everything not SACKed is lost. A SACKed head
+        means the receiver reneged (RFC 2018 §8): forget every SACK mark, and retransmit from
+        SND.UNA."""
+        c = self.conn
+        rtx = self.rtx
+        reneged = bool(rtx) and rtx[0].sacked
+        if reneged:
+            c.mib["TcpExtTCPSACKReneging"] += 1
+            self.sacked_bytes = 0
+        lost = 0
+        for r in rtx:
+            if reneged:
+                r.sacked = False
+            r.retrans = False
+            if not r.sacked:
+                r.lost = True
+                lost += r.end - r.start
+        self.retrans_bytes = 0
+        self.lost_bytes = lost
+        self.rtx_hint = 0
+
+    def first_to_retransmit(self) -> int:
+        """Position of the first record that is lost and neither SACKed nor retransmitted
+        (``len(rtx)`` if none), resuming from where the last search stopped, as Linux
+        tcp_xmit_retransmit_queue starts at tp->retransmit_skb_hint."""
+        rtx = self.rtx
+        i = rtx.index_ending_after(self.rtx_hint)
+        n = len(rtx)
+        while i < n:
+            r = rtx[i]
+            if r.lost and not r.retrans and not r.sacked:
+                self.rtx_hint = r.start
+                return i
+            i += 1
+        if n:
+            self.rtx_hint = rtx[n - 1].end
+        return n
 
     def mark_lost(self, r: SentSegment) -> None:
         c = self.conn
@@ -145,6 +220,8 @@ class Recovery:
             return
         n = r.end - r.start
         r.lost = True
+        if r.start < self.rtx_hint:
+            self.rtx_hint = r.start
         self.lost_bytes += n
         if c.stack.tracer is not None:
             c.stack.trace(c, "tcp:packet_lost", {
@@ -205,20 +282,31 @@ class Recovery:
         reo = self.rack_reo_wnd()
         xts, xend = self.rack_xmit_ts, self.rack_end
         wait = INF
-        for r in self.rtx:
+        rtx = self.rtx
+        # Linux tcp_rack_detect_loss walks tsorted_sent_queue, oldest sent first: SACKed
+        # records and those RACK marked lost are not in it.
+        r = rtx.sent_first
+        while r is not None:
+            nxt = r.sent_next
             if r.sacked or (r.lost and not r.retrans):
-                continue
+                r = nxt
+                continue                 # lost at an RTO, not yet resent
             if r.tx_time > xts or (r.tx_time == xts and r.end >= xend):
-                continue                 # not sent before the latest delivered segment
+                break                    # this one and all later were sent after the latest delivered
             remaining = r.tx_time + self.rack_rtt + reo - now
-            if remaining <= 1e-9:
-                if r.lost:               # a lost retransmission: eligible again
-                    r.retrans = False
-                    self.retrans_bytes -= r.end - r.start
-                else:
-                    self.mark_lost(r)
-            elif remaining < wait:
+            if remaining > 1e-9:
+                # Sent no earlier than this one, every later record waits at least as long.
                 wait = remaining
+                break
+            if r.lost:                   # a lost retransmission: eligible again
+                r.retrans = False
+                self.retrans_bytes -= r.end - r.start
+                if r.start < self.rtx_hint:
+                    self.rtx_hint = r.start
+            else:
+                self.mark_lost(r)
+            rtx.unlink_sent(r)
+            r = nxt
         # Linux adds TCP_TIMEOUT_MIN (2 ms) to the reordering timer.
         c.timers.rack_deadline = now + wait + 0.002 if wait != INF else INF
 
@@ -226,13 +314,15 @@ class Recovery:
         """RFC 6675 §4 IsLost: DupThresh SACKed segments, or more than (DupThresh-1)*SMSS bytes, above."""
         c = self.conn
         thresh = c.config.reordering
-        limit = (thresh - 1) * c.mss
+        mss = max(c.mss, 1)
+        limit = (thresh - 1) * mss
         sacked_above = 0
         sacked_segs = 0
         for r in reversed(self.rtx):
             if r.sacked:
-                sacked_above += r.end - r.start
-                sacked_segs += 1
+                n = r.end - r.start
+                sacked_above += n
+                sacked_segs += -(-n // mss)      # in segments: SACKed records are merged
             elif (sacked_segs >= thresh or sacked_above > limit) and not r.lost and not r.retrans:
                 self.mark_lost(r)
 
@@ -501,7 +591,7 @@ class Recovery:
         # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
         self.acked_unsacked = acked_unsacked
         if c.on_writable is not None and data_end > 0:
-            c.on_writable(c)
+            notify(c, c.on_writable)
         # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
         c.rtt.reset_backoff()
         tm.retransmits = 0
