@@ -7,7 +7,7 @@ slices of it. The receive buffer keeps the memoryviews the segments arrived in.
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from collections import deque
 
 from usertcp.wire.segment import Buffer
@@ -36,6 +36,9 @@ class MemAccount:
 # kmalloc-1024 head for MAX_TCP_HEADER (320) = 704 + sk_buff (256) + skb_shared_info (320).
 # Copied payload adds its own length (page fragments), so sk_wmem_queued = bytes + this per skb.
 SKB_TRUESIZE_OVERHEAD = 1280
+# Control-block flags of one skb (Linux TCP_SKB_CB(skb)->tcp_flags & TCPHDR_PSH, ->eor).
+SKB_PSH = 1          # tcp_mark_push(): the segment that ends this skb carries PSH
+SKB_EOR = 2          # MSG_EOR: no later byte joins this skb (tcp_skb_can_collapse_to)
 
 
 class SendBuffer:
@@ -48,9 +51,12 @@ class SendBuffer:
     skb's overhead (``wmem_queued``, Linux sk_wmem_queued): skbs are opened by writes
     (tcp_sendmsg_locked, up to the size goal) and split where a transmission stops inside
     one (tso_fragment / tcp_fragment); an ACK frees the skbs it covers entirely.
+    Each skb also keeps its PSH and EOR marks; a split hands them to the tail piece, as
+    tcp_fragment() does ("PSH and FIN should only be set in the second packet",
+    tcp_skb_fragment_eor()).
     """
 
-    __slots__ = ("_bufs", "_head", "_offs", "_sent", "_skb", "_skb_head", "acct", "end", "start")
+    __slots__ = ("_bufs", "_head", "_offs", "_sent", "_skb", "_skb_head", "_skf", "acct", "end", "start")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self.acct = acct
@@ -58,6 +64,7 @@ class SendBuffer:
         self._bufs: list[memoryview] = []
         self._head = 0
         self._skb: list[int] = []      # start offset of each skb, ascending
+        self._skf: list[int] = []      # SKB_PSH | SKB_EOR of each skb (parallel to _skb)
         self._skb_head = 0             # first skb with unacknowledged bytes
         self._sent = 0                 # highest offset ever transmitted
         self.start = 0
@@ -84,7 +91,7 @@ class SendBuffer:
     def tail_room(self, size_goal: int) -> int:
         """Bytes a write may still add to the last skb: it must be unsent (still in the
         write queue, tcp_write_queue_tail) and shorter than the size goal."""
-        if len(self._skb) == self._skb_head or self._skb[-1] < self._sent:
+        if len(self._skb) == self._skb_head or self._skb[-1] < self._sent or self._skf[-1] & SKB_EOR:
             return 0
         return max(size_goal - (self.end - self._skb[-1]), 0)
 
@@ -99,7 +106,7 @@ class SendBuffer:
         skb = self._skb
         live = len(skb) - self._skb_head
         room = 0
-        if live and skb[-1] >= self._sent:
+        if live and skb[-1] >= self._sent and not self._skf[-1] & SKB_EOR:
             room = size_goal - (self.end - skb[-1])
             if room < 0:
                 room = 0
@@ -121,23 +128,55 @@ class SendBuffer:
         if i < self._skb_head:
             return
         if skb[i] != pos:
+            self._cut(i, pos)
             i += 1
-            skb.insert(i, pos)
         chunk = max(chunk, 1)
         while pos < upto:
             e = skb[i + 1] if i + 1 < len(skb) else self.end
             cut = min(e, upto, pos + chunk)
             if cut < e:
-                skb.insert(i + 1, cut)
+                self._cut(i, cut)
             i += 1
             pos = cut
+
+    def _cut(self, i: int, at: int) -> None:
+        """Split skb ``i`` at ``at``: the new tail piece takes its PSH/EOR marks."""
+        self._skb.insert(i + 1, at)
+        self._skf.insert(i + 1, self._skf[i])
+        self._skf[i] = 0
 
     def split(self, off: int) -> None:
         """Cut the sent skb holding ``off`` there (tcp_fragment on a partial retransmission)."""
         if self.start < off < min(self._sent, self.end):
             i = bisect_right(self._skb, off, self._skb_head) - 1
             if i >= self._skb_head and self._skb[i] != off:
-                insort(self._skb, off, self._skb_head)
+                self._cut(i, off)
+
+    def skb_end(self, off: int) -> int:
+        """End offset of the skb holding ``off`` (where a packet built from it must stop)."""
+        skb = self._skb
+        i = bisect_right(skb, off, self._skb_head)
+        return skb[i] if i < len(skb) else self.end
+
+    def skb_flags(self, off: int) -> int:
+        """SKB_PSH / SKB_EOR of the skb holding ``off`` (0 past the queued bytes)."""
+        i = bisect_right(self._skb, off, self._skb_head) - 1
+        return self._skf[i] if i >= self._skb_head and off < self.end else 0
+
+    def mark_push(self) -> None:
+        """Linux tcp_mark_push(): PSH on the last skb (the end of a write, or forced_push)."""
+        if len(self._skb) > self._skb_head:
+            self._skf[-1] |= SKB_PSH
+
+    def clear_push(self) -> None:
+        """A new write appends to the unsent last skb: its PSH mark waits for the new end."""
+        if len(self._skb) > self._skb_head:
+            self._skf[-1] &= ~SKB_PSH
+
+    def mark_eor(self) -> None:
+        """MSG_EOR (tcp_sendmsg_locked: TCP_SKB_CB(skb)->eor = 1): close the last skb."""
+        if len(self._skb) > self._skb_head:
+            self._skf[-1] |= SKB_EOR
 
     # -------------------------------------------------------------------- bytes
 
@@ -148,8 +187,10 @@ class SendBuffer:
         n = len(data)
         if not n:
             return
-        if new_skb or len(self._skb) == self._skb_head or self._skb[-1] < self._sent:
+        if (new_skb or len(self._skb) == self._skb_head or self._skb[-1] < self._sent
+                or self._skf[-1] & SKB_EOR):
             self._skb.append(self.end)
+            self._skf.append(0)
         self._offs.append(self.end)
         self._bufs.append(data if isinstance(data, memoryview) else memoryview(data))
         self.end += n
@@ -198,12 +239,14 @@ class SendBuffer:
         sh = self._skb_head
         if upto >= self.end:
             skb.clear()
+            self._skf.clear()
             sh = 0
         else:
             while sh + 1 < len(skb) and skb[sh + 1] <= upto:
                 sh += 1
             if sh > 64 and sh * 2 > len(skb):
                 del skb[:sh]
+                del self._skf[:sh]
                 sh = 0
         self._skb_head = sh
         if self._sent < upto:

@@ -30,7 +30,7 @@ class CongestionControl:
 
     name: ClassVar[str] = "base"
 
-    __slots__ = ("_ca_acked", "cwnd", "mss", "ssthresh")
+    __slots__ = ("_ca_acked", "cwnd", "cwnd_limited", "cwnd_usage_seq", "max_out", "mss", "ssthresh")
 
     def __init__(self, mss: int, initial_window: int | None = None) -> None:
         if mss <= 0:
@@ -40,6 +40,11 @@ class CongestionControl:
         self.cwnd: int = 10 * mss if initial_window is None else initial_window
         self.ssthresh: int = INFINITE_SSTHRESH
         self._ca_acked = 0  # bytes acked in congestion avoidance not yet turned into cwnd
+        # Linux tcp_cwnd_validate() state: was the last flight cwnd-limited, the most bytes
+        # outstanding in it (max_packets_out), and where that flight ends (cwnd_usage_seq).
+        self.cwnd_limited = False
+        self.max_out = 0
+        self.cwnd_usage_seq = 0
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -47,6 +52,39 @@ class CongestionControl:
     def in_slow_start(self) -> bool:
         # RFC 5681 §3.1: slow start while cwnd < ssthresh.
         return self.cwnd < self.ssthresh
+
+    def validate(self, snd_una: int, snd_nxt: int, out: int, limited: bool) -> None:
+        """Linux tcp_cwnd_validate(), after a transmission: remember whether this flight
+        was cwnd-limited, else the most bytes it had outstanding (``out``, packets_out)."""
+        if snd_una >= self.cwnd_usage_seq or limited or (not self.cwnd_limited and out > self.max_out):
+            self.cwnd_limited = limited
+            self.max_out = out
+            self.cwnd_usage_seq = snd_nxt
+
+    def is_cwnd_limited(self) -> bool:
+        """Linux tcp_is_cwnd_limited(): grow cwnd only when the sender used it, and in slow
+        start while cwnd is below twice the largest flight (RFC 7661's intent)."""
+        if self.cwnd_limited:
+            return True
+        if self.in_slow_start:
+            return self.cwnd < 2 * self.max_out
+        return False
+
+    def restart_after_idle(self, idle: float, rto: float, reducing: bool) -> None:
+        """Linux tcp_cwnd_restart() (RFC 2861/7661): after ``idle`` seconds without sending
+        data, halve cwnd once per RTO idle, down to the initial window at most."""
+        mss = self.mss
+        restart = min(10 * mss, self.cwnd)          # tcp_init_cwnd(): TCP_INIT_CWND
+        if not reducing:                             # tcp_current_ssthresh()
+            segs = self.cwnd // mss
+            self.ssthresh = max(self.ssthresh, ((segs >> 1) + (segs >> 2)) * mss)
+        cwnd = self.cwnd
+        idle -= rto
+        while idle > 0 and cwnd > restart:
+            cwnd = (cwnd // mss >> 1) * mss
+            idle -= rto
+        self.cwnd = max(cwnd, restart)
+        self._ca_acked = 0
 
     def _loss_ssthresh(self, in_flight: int) -> int:
         # RFC 5681 §3.1 eq. (4): max(FlightSize / 2, 2*SMSS).

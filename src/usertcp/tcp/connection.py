@@ -503,14 +503,14 @@ class Connection:
 
     # ----------------------------------------------------------- user commands
 
-    def send(self, data: Buffer, now: float, *, more: bool = False) -> int:
+    def send(self, data: Buffer, now: float, *, more: bool = False, eor: bool = False) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
         how many bytes were taken, 0 when a new skb is needed and none may be opened."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        copied = self.tx.write(data, now, more)
+        copied = self.tx.write(data, now, more, eor)
         if copied and self.is_synchronized:
             self.reschedule()      # the stack must learn the retransmission deadline
         return copied
@@ -522,7 +522,7 @@ class Connection:
         for v in views:
             self.snd_buf.append(v)
             total += len(v)
-        self.tx.push_end = self.snd_buf.end
+        self.tx.mark_pushed()
         return total
 
     def send_views(self, views: list[memoryview], now: float) -> int:
@@ -534,7 +534,7 @@ class Connection:
             self.snd_buf.append(v)
             total += len(v)
         self.tx.more_pending = False
-        self.tx.push_end = self.snd_buf.end
+        self.tx.mark_pushed()
         if self.is_synchronized:
             self.tx.run(now)
             self.reschedule()

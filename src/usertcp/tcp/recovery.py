@@ -169,6 +169,14 @@ class Recovery:
                 i += 1
         return new
 
+    def mark_head_lost(self) -> None:
+        """Linux tcp_mark_head_lost(sk, 1, 1) without SACK: one segment is lost, cut from
+        the head skb when that holds several (tcp_fragment)."""
+        r = self.rtx[0]
+        if r.end - r.start - (1 if r.fin else 0) > self.conn.mss:
+            self.rtx.insert(1, r.split(r.start + self.conn.mss))
+        self.mark_lost(r)
+
     def mark_lost(self, r: SentSegment) -> None:
         c = self.conn
         if r.sacked or r.lost:
@@ -415,7 +423,7 @@ class Recovery:
                 # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
                 self.reno_dupacks = max(self.reno_dupacks - acked // max(c.mss, 1), 0)
                 if self.rtx and not self.rtx[0].lost:
-                    self.mark_lost(self.rtx[0])
+                    self.mark_head_lost()
         elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
             self.ca_state = CA_OPEN
         elif self.ca_state == CA_CWR and ack_off > self.recover:
@@ -442,7 +450,7 @@ class Recovery:
             # held during fast recovery (RFC 6675 §5).
             c.cc.on_ack(self.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
                         prior_in_flight,
-                        app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+                        app_limited=not c.cc.is_cwnd_limited())
 
     def _duplicate_ack(self, sack_new: bool, now: float) -> None:
         """RFC 5681 §2 duplicate ACK: NewReno dupack counting without SACK (RFC 6582), loss
@@ -459,7 +467,7 @@ class Recovery:
             if self.ca_state != CA_CWR:
                 self.ca_state = CA_DISORDER
             if self.dupacks >= c.config.reordering and self.rtx:
-                self.mark_lost(self.rtx[0])
+                self.mark_head_lost()
                 self.enter_recovery(now)
         elif self.ca_state == CA_RECOVERY:
             self.reno_dupacks = min(self.reno_dupacks + 1, self.outstanding_segments())
@@ -569,7 +577,7 @@ class Recovery:
         tm.tlp_deadline = INF
         tm.arm_tlp(now)
         c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
-                       app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+                       app_limited=not c.cc.is_cwnd_limited())
         if c.state is not State.CLOSED:
             tx.run(now)
             tx.check_space()
