@@ -428,13 +428,13 @@ class _Runner:
         if conn is None:
             raise _Fail(ev.line, "%{ }% block: no socket to read tcp_info from")
         ns: dict[str, Any] = dict(CODE_CONSTANTS)
-        ns.update(conn.info())
+        ns.update(conn.info(self.now_s))
         code = textwrap.dedent(ev.code)
         where = f"{self.script.path}:{ev.line}"
         try:
             # Verbatim first, as packetdrill hands it to Python: a backslash joins lines
             # ("assert a; \<newline>    assert b"); else each continued line on its own.
-            compiled = compile(code, where, "exec")
+            compiled = compile(code + "\n", where, "exec")   # packetdrill's file goes on after it
         except SyntaxError:
             code = code.replace("\\\n", "\n")
             compiled = None

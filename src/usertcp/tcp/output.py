@@ -12,6 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.buffers import SKB_PSH
+from usertcp.tcp.info import (
+    CHRONO_BUSY,
+    CHRONO_RWND_LIMITED,
+    CHRONO_SNDBUF_LIMITED,
+    Chrono,
+)
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_LOSS,
@@ -45,8 +51,8 @@ SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
 class Output:
     """The transmit side of one connection: its Nagle/cork state and the segments it builds."""
 
-    __slots__ = ("conn", "corked", "data_sent_time", "force_push", "mid_write", "more_pending", "nagle_off",
-                 "push_end", "snd_sml", "ts_last", "xmit_budget")
+    __slots__ = ("chrono", "conn", "corked", "data_sent_time", "force_push", "mid_write", "more_pending",
+                 "nagle_off", "push_end", "snd_sml", "ts_last", "xmit_budget")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -60,6 +66,7 @@ class Output:
         self.xmit_budget = -1          # bytes of new data this output may send (-1: no limit)
         self.ts_last = 0               # the last TSval sent, before the offset (RFC 7323 §5.4)
         self.data_sent_time = -1.0     # Linux lsndtime: when new data last left
+        self.chrono = Chrono()         # busy / rwnd-limited / sndbuf-limited time (tcp_info)
 
     def size_goal(self) -> int:
         """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
@@ -307,12 +314,18 @@ class Output:
         if c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0):
             if self.send_new_data(now):
                 sent = True
+            self.note_rwnd_limit(now)
         # Linux tcp_write_xmit ends with tcp_cwnd_validate(): cwnd-limited when the flight
         # fills the window (in whole segments, as Linux counts packets).
         cc = c.cc
         limited = c.in_flight + c.mss > cc.cwnd
         if sent or limited:
             cc.validate(c.snd_una, c.snd_nxt, c.snd_nxt - c.snd_una, limited)
+            if (not cc.is_cwnd_limited() and c.sock_nospace and not c.unsent_bytes
+                    and c.state in (State.ESTABLISHED, State.CLOSE_WAIT)):
+                self.chrono.start(CHRONO_SNDBUF_LIMITED, now)   # starved by the send buffer
+        if c.snd_una >= c.snd_max and not c.unsent_bytes:
+            self.chrono.stop(CHRONO_BUSY, now, True)            # nothing left: not busy
         self.force_push = False
         if rx.ack_now:
             rx.ack_now = False
@@ -429,6 +442,16 @@ class Output:
         if c.stack.gso_max_size > 0:
             segs = min(segs, (c.stack.gso_max_size - 1 - MAX_TCP_HEADER) // mss)
         return max(segs, 1) * mss
+
+    def note_rwnd_limit(self, now: float) -> None:
+        """The end of Linux tcp_write_xmit: receive-window limited when the next unsent MSS
+        does not fit the peer's window (tcp_snd_wnd_test), for tcpi_rwnd_limited."""
+        c = self.conn
+        unsent = c.snd_buf.end + 1 - c.snd_nxt
+        if unsent > 0 and c.snd_una + c.snd_wnd - c.snd_nxt < min(c.mss, unsent):
+            self.chrono.start(CHRONO_RWND_LIMITED, now)
+        else:
+            self.chrono.stop(CHRONO_RWND_LIMITED, now, False)
 
     def send_new_data(self, now: float) -> bool:
         """Linux tcp_write_xmit: one packet per skb (or its head, tso_fragment), within the
@@ -557,6 +580,8 @@ class Output:
                 and not (mem.limit and mem.used >= mem.limit)):
             self.sndbuf_expand()       # tcp_should_expand_sndbuf()
         c.write_space()
+        if not c.sock_nospace:
+            self.chrono.stop(CHRONO_SNDBUF_LIMITED, c.stack.now, False)   # tcp_check_space()
 
     def sndbuf_expand(self) -> None:
         """Linux tcp_sndbuf_expand(): room for two windows of worst-case skbs (one per MSS,
@@ -581,6 +606,8 @@ class Output:
         owned = isinstance(data, bytes)
         goal = self.size_goal()
         copied = 0
+        if total and not c.unsent_bytes:
+            self.chrono.start(CHRONO_BUSY, now)  # tcp_add_write_queue_tail() on an empty queue
         while copied < total:
             copy = buf.tail_room(goal)
             new_skb = copy <= 0
