@@ -444,11 +444,14 @@ class Output:
         return max(segs, 1) * mss
 
     def note_rwnd_limit(self, now: float) -> None:
-        """The end of Linux tcp_write_xmit: receive-window limited when the next unsent MSS
-        does not fit the peer's window (tcp_snd_wnd_test), for tcpi_rwnd_limited."""
+        """The end of Linux tcp_write_xmit: receive-window limited when the cwnd has room
+        but the next unsent MSS does not fit the peer's window (tcp_snd_wnd_test), for
+        tcpi_rwnd_limited."""
         c = self.conn
         unsent = c.snd_buf.end + 1 - c.snd_nxt
-        if unsent > 0 and c.snd_una + c.snd_wnd - c.snd_nxt < min(c.mss, unsent):
+        # tcp_write_xmit tests the cwnd first: a full cwnd is not a window limit.
+        if (unsent > 0 and c.in_flight + c.mss <= c.cc.cwnd
+                and c.snd_una + c.snd_wnd - c.snd_nxt < min(c.mss, unsent)):
             self.chrono.start(CHRONO_RWND_LIMITED, now)
         else:
             self.chrono.stop(CHRONO_RWND_LIMITED, now, False)
