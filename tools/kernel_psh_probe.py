@@ -24,6 +24,8 @@ from usertcp.net import netns
 from usertcp.net.tun import TunDevice
 from usertcp.wire.segment import TxPacket
 
+SYNACK_DELAY = 0.0   # seconds before the SYN-ACK: the kernel's first RTT sample
+
 
 def _session(offload: bool, sysctls: list[str], body: Callable[[TunDevice, PacketReader, str], None]) -> None:
     ns = netns.create_namespace("pshprobe")
@@ -55,6 +57,7 @@ def _kernel_connects(dev: TunDevice, rd: PacketReader, ns: str, port: int,
 
     s = netns.call_in_namespace(ns, connect)
     syn, _, _ = rd.next(lambda seg, p, ok: seg.flags == TCP_SYN)
+    time.sleep(SYNACK_DELAY)
     iss = 5000
     hdr, _ = build_tcp(US, PEER, port, syn.sport, iss, syn.seq + 1, TCP_SYN | TCP_ACK, window=window,
                        options=synack_opts)

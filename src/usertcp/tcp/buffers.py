@@ -158,6 +158,72 @@ class SendBuffer:
         i = bisect_right(skb, off, self._skb_head)
         return skb[i] if i < len(skb) else self.end
 
+    def collapse_end(self, off: int) -> int:
+        """How far a packet starting at ``off`` may reach: Linux tcp_grow_skb() pulls the
+        next skbs into the one being sent while tcp_skb_can_collapse() allows, that is up
+        to the end of an skb written with MSG_EOR (or the last queued byte)."""
+        skb, skf = self._skb, self._skf
+        i = bisect_right(skb, off, self._skb_head) - 1
+        if i < self._skb_head:
+            i = self._skb_head
+        n = len(skb)
+        while i < n:
+            if skf[i] & SKB_EOR:
+                return skb[i + 1] if i + 1 < n else self.end
+            i += 1
+        return self.end
+
+    def packet_flags(self, start: int, end: int) -> int:
+        """The marks a packet [start, end) takes once sent (send_packet): those of every skb
+        it covers whole; a partly covered skb keeps its own (tcp_fragment)."""
+        skb, skf = self._skb, self._skf
+        i = bisect_right(skb, start, self._skb_head) - 1
+        if i < self._skb_head:
+            i = self._skb_head
+        n = len(skb)
+        flags = 0
+        while i < n and skb[i] < end:
+            e = skb[i + 1] if i + 1 < n else self.end
+            if max(skb[i], self.start) >= start and e <= end:    # a trimmed head counts whole
+                flags |= skf[i]
+            i += 1
+        return flags
+
+    def send_packet(self, start: int, end: int) -> None:
+        """[start, end) left as one packet: it becomes one sent skb, the skbs it covers
+        merged into it (tcp_grow_skb) and the skb it ends in cut there (tso_fragment)."""
+        skb, skf = self._skb, self._skf
+        i = bisect_right(skb, start, self._skb_head) - 1
+        if i < self._skb_head:
+            return
+        if skb[i] != start:
+            self._cut(i, start)
+            i += 1
+        flags = skf[i]
+        j = i + 1
+        while j < len(skb) and skb[j] < end:
+            e = skb[j + 1] if j + 1 < len(skb) else self.end
+            if e <= end:
+                flags |= skf[j]
+                j += 1
+            else:
+                break
+        if j < len(skb) and skb[j] < end:
+            skb[j] = end                   # skb_shift(): the partly pulled skb now starts at end
+            del skb[i + 1:j]
+            del skf[i + 1:j]
+        else:
+            del skb[i + 1:j]
+            del skf[i + 1:j]
+            e = skb[i + 1] if i + 1 < len(skb) else self.end
+            if end < e:
+                skb.insert(i + 1, end)     # tso_fragment: the rest keeps the marks
+                skf.insert(i + 1, flags)
+                flags = 0
+        skf[i] = flags
+        if self._sent < end:
+            self._sent = end
+
     def skb_flags(self, off: int) -> int:
         """SKB_PSH / SKB_EOR of the skb holding ``off`` (0 past the queued bytes)."""
         i = bisect_right(self._skb, off, self._skb_head) - 1

@@ -112,6 +112,7 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
         "tcpi_notsent_bytes": conn.unsent_bytes,
         "tcpi_snd_wnd": conn.snd_wnd,
         "tcpi_reordering": conn.recovery.reordering,
+        "tcpi_reord_seen": conn.recovery.reord_seen,
         "tcpi_rcv_space": conn.rcvbuf_limit,
     }
     out.update(rtt.as_info())

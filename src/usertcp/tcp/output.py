@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.buffers import SKB_PSH
+from usertcp.tcp.buffers import SKB_EOR, SKB_PSH
 from usertcp.tcp.info import (
     CHRONO_BUSY,
     CHRONO_RWND_LIMITED,
@@ -482,9 +482,9 @@ class Output:
                 return self.emit_new(now, nxt, 0, fin=True) or sent
             if cwnd_room <= 0 or wnd_room <= 0:
                 break
-            # A packet never spans two skbs: the skb ends where a write with MSG_EOR ended,
-            # or where a write found the tail skb already sent or full.
-            skb_rest = min(buf.skb_end(nxt - 1) + 1 - nxt, avail)
+            # A packet takes the skb at the send head and, as Linux 6.10+ tcp_grow_skb()
+            # pulls them in, the next ones up to an skb written with MSG_EOR.
+            skb_rest = min(buf.collapse_end(nxt - 1) + 1 - nxt, avail)
             size = min(skb_rest, limit, wnd_room, cwnd_room)
             if mss < size < skb_rest:
                 size -= size % mss     # tso_fragment cuts a GSO packet at whole segments
@@ -492,6 +492,8 @@ class Output:
                 if budget == 0:
                     break
                 size = min(size, budget)
+            elif skb_rest > mss and limit > mss and self.tso_defer(now, nxt, skb_rest, wnd_room, cwnd_room):
+                break
             if size < mss and size < skb_rest:
                 # Window-limited to a small segment: only if it is half the max window (SWS).
                 if size < c.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
@@ -510,18 +512,46 @@ class Output:
             if not self.emit_new(now, nxt, size, fin=fin):
                 break          # Linux tcp_write_xmit: a refused skb stays at the queue head
             sent = True
-            if budget > 0:
-                budget -= size
+            if budget >= 0:
+                budget = 0     # tcp_push_one(): tcp_write_xmit stops after one packet
             if size < mss:
                 self.snd_sml = nxt + size
         return sent
 
+    def tso_defer(self, now: float, nxt: int, skb_len: int, send_win: int, cong_win: int) -> bool:
+        """Linux tcp_tso_should_defer(): hold a multi-segment skb for the ACK due within
+        min(1 ms, srtt/2), so that it leaves in one larger TSO packet, unless a full TSO
+        packet or a third of the window (tcp_tso_win_divisor 3) can go now."""
+        c = self.conn
+        rtx = c.recovery.rtx
+        srtt = c.rtt.srtt
+        if (c.recovery.ca_state >= CA_RECOVERY or self.data_sent_time < 0 or not rtx or not srtt
+                or now - self.data_sent_time > 0.001):     # bursts only right after a send
+            return False
+        room = min(send_win, cong_win)
+        if room >= self.tso_bytes():
+            return False
+        if nxt - 1 + skb_len < c.snd_buf.end and room >= skb_len:
+            return False                # the middle of the queue: nothing more will join it
+        if room >= min(c.snd_wnd, c.cc.cwnd) // 3:
+            return False
+        if rtx[0].tx_time + srtt - now > min(srtt / 2, 0.001):
+            return False                # the next ACK comes too late
+        if cong_win < send_win:
+            if cong_win <= skb_len:
+                return True             # cwnd-limited
+        elif send_win <= skb_len:
+            return True                 # rwnd-limited
+        # Application-limited: wait for more data, unless none may join (FIN, MSG_EOR).
+        return not (c.fin_queued and nxt - 1 + skb_len >= c.snd_buf.end) \
+            and not c.snd_buf.skb_flags(nxt - 1) & SKB_EOR
+
     def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False) -> bool:
-        """Send new data [off, off+size) as one packet. Its skb is cut there first
-        (tso_fragment), so PSH is the skb's own mark (tcp_mark_push) when the packet ends
-        the skb. Linux 6.18 also sets PSH on every multi-segment GSO packet (seen on this
-        machine's kernel by tools/kernel_psh_probe.py); segmentation keeps it on the last
-        segment only."""
+        """Send new data [off, off+size) as one packet, made one skb (tcp_grow_skb merges
+        the skbs it covers, tso_fragment cuts the one it ends in), so PSH is the mark
+        (tcp_mark_push) of an skb it ends. Linux 6.18 also sets PSH on every multi-segment
+        GSO packet (seen on this machine's kernel by tools/kernel_psh_probe.py);
+        segmentation keeps it on the last segment only."""
         c = self.conn
         rec = c.recovery
         tm = c.timers
@@ -529,12 +559,13 @@ class Output:
         mss = c.mss
         flags = ACK
         start = off - 1
-        if size and (force_psh or size > mss or (
-                buf.skb_flags(start) & SKB_PSH and buf.skb_end(start) == start + size)):
+        if size and (force_psh or size > mss or buf.packet_flags(start, start + size) & SKB_PSH):
             flags |= PSH
         if fin:
             flags |= FIN
         end = off + size + (1 if fin else 0)
+        if c.in_flight == 0 and self.data_sent_time >= 0:
+            c.cc.on_tx_start(now - self.data_sent_time, now)   # tcp_event_data_sent()
         if size <= mss or c.stack.gso_max_size > 0:
             payload = buf.views(start, size) if size else []
             if not self.emit(now, off, flags, payload, gso_size=mss if size > mss else 0):
@@ -542,7 +573,7 @@ class Output:
         elif not self.emit_segmented(now, off, size, flags):
             return False
         if size:
-            buf.mark_sent(start + size, size)      # tso_fragment: the skb ends here now
+            buf.send_packet(start, start + size)   # tcp_grow_skb, tso_fragment
             c.data_segs_out += -(-size // mss)
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off

@@ -64,8 +64,8 @@ class Recovery:
 
     __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
                  "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
-                 "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reordering",
-                 "retrans_bytes", "rtx", "sacked_bytes")
+                 "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reord_seen",
+                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "sacked_bytes")
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
@@ -90,6 +90,8 @@ class Recovery:
         self.fack_prior = -1           # rack_fack before the ACK being processed
         self.rack_reord = False        # reordering seen (RACK.reord)
         self.reordering = reordering   # tp->reordering, in segments (tcpi_reordering)
+        self.reord_seen = 0            # reordering events (tcpi_reord_seen)
+        self.reord_seen_in = -1        # segs_in of the ACK that counted the last one
 
     def trace_ca(self, old: int, trigger: str, now: float) -> None:
         """Congestion state and window changes for the event trace."""
@@ -218,6 +220,10 @@ class Recovery:
             if r.tx_count == 1:
                 # Delivered below what was already delivered, never retransmitted: reordering.
                 self.rack_reord = True
+                if self.reord_seen_in != c.segs_in:
+                    # Linux tcp_check_sack_reordering: tp->reord_seen++, once per ACK.
+                    self.reord_seen += 1
+                    self.reord_seen_in = c.segs_in
                 dist = -(-(self.rack_fack - r.start) // max(c.mss, 1))
                 if dist > self.reordering:
                     self.reordering = min(dist, 300)       # Linux caps at tcp_max_reordering
