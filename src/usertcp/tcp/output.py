@@ -478,11 +478,11 @@ class Output:
             fin_now = c.fin_queued and avail <= 0 and nxt == data_end
             if avail <= 0 and not fin_now:
                 break
-            wnd_right = c.snd_una + c.snd_wnd
-            wnd_room = wnd_right - nxt
-            # Linux counts packets: a fast-open child's unacknowledged SYN-ACK is not in its
-            # packets_out, so its sequence byte takes no room from the first flight's cwnd.
-            cwnd_room = c.cc.cwnd - c.in_flight + (1 if c.snd_una == 0 else 0)
+            # A fast-open child's unacknowledged SYN-ACK takes no room: Linux starts its
+            # snd_una after it (tcp_create_openreq_child), and counts packets for the cwnd.
+            syn_unacked = 1 if c.snd_una == 0 else 0
+            wnd_room = c.snd_una + syn_unacked + c.snd_wnd - nxt
+            cwnd_room = c.cc.cwnd - c.in_flight + syn_unacked
             if fin_now:
                 # A bare FIN is sent regardless of the windows' payload room.
                 return self.emit_new(now, nxt, 0, fin=True) or sent
