@@ -163,8 +163,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('skipped', 21, 'getsockopt(SOL_TCP, TCP_NOTSENT_LOWAT) not emulated'),
     'gtests/net/tcp/sendfile/sendfile-simple.pkt':
         ('skipped', 23, 'system call open() not emulated'),
-    'gtests/net/tcp/slow_start/slow-start-after-win-update.pkt':
-        ('failed', 46, 'outbound packet differs: payload length (expected 5000, actu'),
     'gtests/net/tcp/slow_start/slow-start-fq-ack-per-2pkt.pkt':
         ('skipped', 8, "command not modelled: 'tc qdisc replace dev tun0 root fq'"),
     'gtests/net/tcp/splice/tcp_splice_loop_test.pkt':
@@ -258,7 +256,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="176/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="178/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

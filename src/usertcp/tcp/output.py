@@ -488,6 +488,12 @@ class Output:
                 return self.emit_new(now, nxt, 0, fin=True) or sent
             if cwnd_room <= 0 or wnd_room <= 0:
                 break
+            if nxt == c.snd_una and not sent and c.config.slow_start_after_idle:
+                # Queued data leaving after an idle period restarts the window too (the
+                # corpus' slow_start/slow-start-after-win-update.pkt: held by a zero window).
+                self.idle_restart(now)
+                cwnd_room = c.cc.cwnd - c.in_flight + syn_unacked
+                limit = self.packet_limit()
             # A packet takes the skb at the send head and, as Linux 6.10+ tcp_grow_skb()
             # pulls them in, the next ones up to an skb written with MSG_EOR.
             skb_rest = min(buf.collapse_end(nxt - 1) + 1 - nxt, avail)
