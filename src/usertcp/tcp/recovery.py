@@ -378,6 +378,12 @@ class Recovery:
                 self._duplicate_ack(sack_new, now)
             elif sack_new:
                 self.detect_losses(now)
+            if (newly_sacked and self.reordering > c.config.reordering and not self.lost_bytes
+                    and self.ca_state in (CA_OPEN, CA_DISORDER)):
+                # Linux tcp_may_raise_cwnd: once reordering was seen, a SACK-only delivery
+                # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
+                c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
+                            app_limited=not c.cc.is_cwnd_limited())
         if ack_off > prior_una or newly_sacked:
             # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
             c.cc.on_ack_event(c.delivered_segs, ece, ack_off, c.snd_max)
