@@ -144,3 +144,32 @@ def test_tcp_info_rwnd_limited_from_a_zero_window() -> None:
     peer.advance(0.25)
     assert 249_000 <= conn.info(peer.now)["tcpi_rwnd_limited"] <= 251_000
     assert conn.info(peer.now)["tcpi_last_data_recv"] >= 250
+
+
+def test_msg_eor_through_the_socket_api() -> None:
+    from usertcp import socket as us
+    from usertcp.net.driver import VirtualTimeDriver
+    from usertcp.net.memnet import LinkConfig, Network
+    from usertcp.tcp.stack import Stack
+
+    net = Network(seed=3)
+    sa, sb = Stack(["10.0.0.1"], name="a"), Stack(["10.0.0.2"], name="b")
+    ha, hb = net.add_host(sa, ["10.0.0.1"]), net.add_host(sb, ["10.0.0.2"])
+    net.connect(ha, hb, LinkConfig(delay=0.005))
+    drv = VirtualTimeDriver(net)
+    srv = us.create_server(("10.0.0.2", 80), host=us.Host(sb, drv))
+    c = us.Host(sa, drv).socket(us.AF_INET)
+    c.connect(("10.0.0.2", 80))
+    s, _ = srv.accept()
+    c.setsockopt(us.IPPROTO_TCP, us.TCP_CORK, 1)        # hold both writes in the send queue
+    assert c.send(b"a" * 100, us.MSG_EOR) == 100
+    assert c.send(b"b" * 100) == 100
+    conn = sa.connections[next(iter(sa.connections))]
+    assert conn.snd_buf.skb_starts() == [0, 100]        # MSG_EOR: the second write opened an skb
+    c.setsockopt(us.IPPROTO_TCP, us.TCP_CORK, 0)
+    got = b""
+    while len(got) < 200:
+        got += s.recv(1000)
+    assert got == b"a" * 100 + b"b" * 100
+    for x in (c, s, srv):
+        x.close()
