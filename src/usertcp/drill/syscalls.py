@@ -430,6 +430,7 @@ class Syscalls:
                 raise SysError(exc.errno or errno.EINVAL) from exc
             return len(data)
         more = bool(flags & S["MSG_MORE"])
+        eor = bool(flags & S["MSG_EOR"])
         nonblocking = sock.nonblocking or bool(flags & S["MSG_DONTWAIT"])
         conn = sock.conn
         if fast_open or sock.deferred_connect:
@@ -469,7 +470,7 @@ class Syscalls:
                     continue
                 asleep = -1
             try:
-                n = conn.send(data[total:], self.host.now(), more=more)
+                n = conn.send(data[total:], self.host.now(), more=more, eor=eor)
             except OSError as exc:
                 raise SysError(exc.errno or errno.EPIPE) from exc
             if n and not conn.is_synchronized:

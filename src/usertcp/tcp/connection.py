@@ -302,6 +302,7 @@ class Connection:
             if not self.sndbuf_locked:
                 self.tx.sndbuf_expand()    # tcp_init_buffer_space()
             self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
+            self.rx.lrcvtime = now       # tcp_finish_connect / tcp_create_openreq_child
         elif effects & Effect.ATTEMPT_FAILED:
             self.mib["TcpAttemptFails"] += 1
         self.stack.trace_state(self, old, state, now)
@@ -386,14 +387,14 @@ class Connection:
 
     # ----------------------------------------------------------- user commands
 
-    def send(self, data: Buffer, now: float, *, more: bool = False) -> int:
+    def send(self, data: Buffer, now: float, *, more: bool = False, eor: bool = False) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
         how many bytes were taken, 0 when a new skb is needed and none may be opened."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        copied = self.tx.write(data, now, more)
+        copied = self.tx.write(data, now, more, eor)
         if copied and self.is_synchronized:
             self.reschedule()      # the stack must learn the retransmission deadline
         return copied
@@ -405,7 +406,7 @@ class Connection:
         for v in views:
             self.snd_buf.append(v)
             total += len(v)
-        self.tx.push_end = self.snd_buf.end
+        self.tx.mark_pushed()
         return total
 
     def send_views(self, views: list[memoryview], now: float) -> int:
@@ -414,6 +415,7 @@ class Connection:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
         total = self.queue_views(views)
         self.tx.more_pending = False
+        self.tx.mark_pushed()
         if self.is_synchronized:
             self.tx.run(now)
             self.reschedule()
@@ -857,6 +859,6 @@ class Connection:
 
     # ----------------------------------------------------------------- tcp_info
 
-    def info(self) -> dict[str, int]:
+    def info(self, now: float | None = None) -> dict[str, int]:
         """A Linux ``struct tcp_info``-like view (``tcp/info.py``)."""
-        return tcp_info(self)
+        return tcp_info(self, now)
