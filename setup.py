@@ -107,7 +107,9 @@ def _extensions() -> dict[str, Any]:
     sources = compiled_sources()
     print(f"usertcp: compiling {len(sources)} modules with mypyc", file=sys.stderr)
     # mypy reads its options from pyproject.toml ([tool.mypy]); opt_level 3 as mypy's own build.
-    return {"ext_modules": mypycify(sources, opt_level="3"), "cmdclass": {"build_ext": OptionalBuildExt}}
+    # multi_file: one C file per module, so an edit recompiles that module only (and -j works).
+    ext_modules = mypycify(sources, opt_level="3", multi_file=True)
+    return {"ext_modules": ext_modules, "cmdclass": {"build_ext": OptionalBuildExt}}
 
 
 setup(**_extensions())
