@@ -24,6 +24,8 @@ from heapq import heappop, heappush
 from types import TracebackType
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from usertcp.net.memnet import Host, LinkDirection, Network
 
 _DELIVER = 0
@@ -36,6 +38,8 @@ _MAX_TIMER_SPIN = 10_000
 Event = tuple[float, int, int, Any, Any]
 
 
+# Compiled by mypyc; the asyncio driver (usertcp.aio) is an interpreted subclass.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class _EventLoop:
     """The heap and the per-endpoint stepping shared by both drivers."""
 
