@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from heapq import heappop, heappush
 from types import TracebackType
@@ -27,6 +27,7 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from usertcp.net.memnet import Host, LinkDirection, Network
+from usertcp.wire.segment import Buffer, TxPacket
 
 _DELIVER = 0
 _TIMER = 1
@@ -36,6 +37,12 @@ _INF = float("inf")
 _MAX_TIMER_SPIN = 10_000
 
 Event = tuple[float, int, int, Any, Any]
+
+
+# Typed float | None, not the literal None: assigning None would narrow ``host.timer_at`` to
+# None for mypy across the _after() call that sets it, and mypyc would then check the float
+# read back against None (a TypeError at run time).
+_NO_TIMER: float | None = None
 
 
 # Compiled by mypyc; the asyncio driver (usertcp.aio) is an interpreted subclass.
@@ -56,7 +63,9 @@ class _EventLoop:
     def _after(self, host: Host, now: float) -> None:
         """Drain what ``host`` wants to send and re-arm its timer if it moved."""
         ep = host.endpoint
-        out = ep.datagrams_to_send()
+        # Network.transmit takes packets or plain buffers (a metering endpoint may hand over
+        # bytes): typed so, the compiled build checks each item against both.
+        out: Sequence[TxPacket | Buffer] = ep.datagrams_to_send()
         if out:
             tx = self.network.transmit
             for p in out:
@@ -70,11 +79,10 @@ class _EventLoop:
                 heappush(self._heap, (t if t > now else now, self._next_seq(), _TIMER, host, host.timer_gen))
 
     def _fire(self, host: Host, now: float) -> None:
-        host.timer_at = None     # consumed: asking for the same deadline again re-arms it
+        host.timer_at = _NO_TIMER     # consumed: asking for the same deadline again re-arms it
         host.endpoint.handle_timer(now)
         self._after(host, now)
-        # Annotated: mypy keeps the None narrowed above across _after(), which sets it.
-        t: float | None = host.timer_at
+        t = host.timer_at
         if t is not None and t <= now:
             host.timer_spin += 1
             if host.timer_spin > _MAX_TIMER_SPIN:
