@@ -41,8 +41,6 @@ COMPILED_GLOBS = [
 ]
 # Modules matched above that stay interpreted, each with the reason.
 EXCLUDED: dict[str, str] = {
-    "usertcp/tcp/counters.py": "Counters subclasses defaultdict, which mypyc compiles into a broken class "
-                               "(interpreted, it is still a C defaultdict)",
     "usertcp/tcp/invariants.py": "a checker for tests, off the packet path; InvariantViolation subclasses "
                                  "AssertionError, which mypyc cannot compile as a native class",
 }

@@ -10,7 +10,7 @@ MSG_FASTOPEN = 0x20000000
 
 if _os.environ.get("USERTCP_PURE") == "1":
     # A compiled install keeps its .py sources beside the extension modules; this makes
-    # every usertcp module import from those sources (see usertcp/_build.py).
-    from usertcp._build import use_pure_sources
+    # every usertcp module import from those sources (see usertcp/builds.py).
+    from usertcp.builds import use_pure_sources
 
     use_pure_sources()

@@ -78,9 +78,9 @@ class _VersionAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        from usertcp import _build
+        from usertcp import builds
 
-        print(f"usertcp {usertcp.__version__} ({_build.describe()})")
+        print(f"usertcp {usertcp.__version__} ({builds.describe()})")
         parser.exit()
 
 

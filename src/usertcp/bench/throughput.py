@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import usertcp
-from usertcp import _build
+from usertcp import builds
 from usertcp.net.driver import VirtualTimeDriver
 from usertcp.net.memnet import LinkConfig, Network
 from usertcp.tcp.connection import Connection
@@ -45,18 +45,18 @@ def run(size: int = 20_000_000, loss: float = 0.0, delay: float = 0.001, bandwid
         raise ValueError("repeats must be >= 1")
     options: dict[str, Any] = {"size": size, "loss": loss, "delay": delay, "bandwidth_bps": bandwidth_bps,
                                "seed": seed}
-    current = _build.build()
-    if not _build.compiled_modules():
+    current = builds.current()
+    if not builds.compiled_modules():
         best = min((measure(**options) for _ in range(repeats)), key=lambda r: r["cpu_s"])
         return {**best, "build": current, "builds": {"pure": best}, "compiled_speedup": None}
     runs: dict[str, list[dict[str, Any]]] = {"compiled": [], "pure": []}
     for _ in range(repeats):
         for build in runs:
             runs[build].append(_measure_in_subprocess(build, options))
-    builds = {b: min(rs, key=lambda r: r["cpu_s"]) for b, rs in runs.items()}
-    compiled, pure = builds["compiled"], builds["pure"]
+    by_build = {b: min(rs, key=lambda r: r["cpu_s"]) for b, rs in runs.items()}
+    compiled, pure = by_build["compiled"], by_build["pure"]
     speedup = pure["us_per_segment"] / compiled["us_per_segment"]
-    return {**builds[current], "build": current, "builds": builds,
+    return {**by_build[current], "build": current, "builds": by_build,
             "compiled_speedup": round(speedup, 2), "goal_compiled_3x": speedup >= 3.0,
             "goal_compiled_under_15us": compiled["us_per_segment"] < 15.0}
 
@@ -135,4 +135,4 @@ if __name__ == "__main__":
     # One measurement in this process, as JSON: what run() starts per build.
     opts = {k: float(v) if k in ("loss", "delay", "bandwidth_bps") else int(v)
             for k, v in (a.split("=", 1) for a in sys.argv[1:])}
-    print(json.dumps({**measure(**opts), "build": _build.build()}))  # type: ignore[arg-type]
+    print(json.dumps({**measure(**opts), "build": builds.current()}))  # type: ignore[arg-type]

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from usertcp import _build
+from usertcp import builds
 from usertcp.apps.basic import pattern_sha256, pattern_views
 from usertcp.net import netns
 
@@ -59,7 +59,7 @@ class _Serve:
         env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
         env.pop("USERTCP_PURE", None)
         if pure:
-            env["USERTCP_PURE"] = "1"      # the same install's pure sources (usertcp/_build.py)
+            env["USERTCP_PURE"] = "1"      # the same install's pure sources (usertcp/builds.py)
         from usertcp import cli
 
         cmd = [sys.executable, "-m", "usertcp", "serve"] if "serve" in cli.COMMANDS else \
@@ -326,7 +326,7 @@ def run(size: int = 200 * MB, profile_size: int = 50 * MB, profile_top: int = 15
         raise ValueError("bench tun needs root and /dev/net/tun (it makes network namespaces)")
     if size <= 0 or profile_size < 0 or connects <= 0 or round_trips <= 0:
         raise ValueError("size, connects and round_trips must be > 0")
-    build = _build.build()
+    build = builds.current()
     results: dict[str, Any] = {"size": size, "build": build}
     with tempfile.TemporaryDirectory(prefix="utcp-bench-") as d:
         tmp = Path(d)

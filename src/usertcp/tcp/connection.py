@@ -27,6 +27,7 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from usertcp.native import mypyc_attr
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
@@ -96,6 +97,7 @@ def ecn_syn_acceptable(seg: Segment, cfg: StackConfig) -> bool:
     return seg.ecn == ECN_NOT_ECT or bool(seg.flags & AE)
 
 
+@mypyc_attr(native_class=False)      # mypyc compiles no subclass of this builtin exception
 class ReceiveClaimedError(OSError):
     """A read of a receive side that a payload-object collector owns (the objects design's
     patch 1, an exclusive receive claim): the socket, asyncio and drill layers report EBUSY."""

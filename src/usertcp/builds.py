@@ -58,7 +58,7 @@ def _loads_extension(module: str) -> bool:
     return spec is not None and spec.origin is not None and spec.origin.endswith(tuple(EXTENSION_SUFFIXES))
 
 
-def build() -> str:
+def current() -> str:
     """``"compiled"`` if the compiled modules are the ones imported, else ``"pure"``."""
     modules = compiled_modules()
     return "compiled" if modules and all(_loads_extension(m) for m in modules) else "pure"
