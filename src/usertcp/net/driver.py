@@ -44,9 +44,9 @@ Event = tuple[float, int, int, Any, Any]
 _NO_TIMER: float | None = None
 
 
-# Compiled by mypyc; the asyncio driver (usertcp.aio) is an interpreted subclass.
+# Compiled by mypyc; the asyncio driver (net/aio_driver.py) is an interpreted subclass.
 @mypyc_attr(allow_interpreted_subclasses=True)
-class _EventLoop:
+class DriverBase:
     """The heap and the per-endpoint stepping shared by both drivers."""
 
     def __init__(self, network: Network) -> None:
@@ -54,7 +54,7 @@ class _EventLoop:
         self._heap: list[Event] = []
         self._next_seq = itertools.count().__next__
         self.events = 0   # events processed (deliveries and live timers), for measurements
-        network._attach(self, self._schedule_delivery)
+        network.attach_driver(self, self._schedule_delivery)
 
     def _schedule_delivery(self, t: float, direction: LinkDirection, data: bytes) -> None:
         heappush(self._heap, (t, self._next_seq(), _DELIVER, direction, data))
@@ -100,7 +100,7 @@ class _EventLoop:
                 self._deliver_batch(ev[3], ev[4], ev[0], now)
                 return True
             data = ev[4]
-            host = ev[3]._arrive(data, now)
+            host = ev[3].arrive(data, now)
             if ev[3].trusted_csum:
                 host.endpoint.receive(data, now, checksum_verified=True)
             else:
@@ -148,7 +148,7 @@ class _EventLoop:
         return len(self._heap)
 
 
-class VirtualTimeDriver(_EventLoop):
+class VirtualTimeDriver(DriverBase):
     """A deterministic discrete-event loop: time jumps from one event to the next.
 
     Single-threaded; ``lock`` is a no-op. Blocking application calls use
@@ -190,7 +190,7 @@ class VirtualTimeDriver(_EventLoop):
                             return True
                         continue
                     data = ev[4]
-                    host = ev[3]._arrive(data, t)
+                    host = ev[3].arrive(data, t)
                     if ev[3].trusted_csum:       # an offload link, as loopback: no checksum pass
                         host.endpoint.receive(data, t, checksum_verified=True)
                     else:
@@ -253,7 +253,7 @@ class VirtualTimeDriver(_EventLoop):
         return True
 
 
-class RealTimeDriver(_EventLoop):
+class RealTimeDriver(DriverBase):
     """The same event loop run by a background thread against ``time.monotonic()``.
 
     Thread safety: the I/O thread holds ``lock`` (an RLock) while it steps
