@@ -54,9 +54,14 @@ system-deps:
 	  else echo "warning: some of $(SYSTEM_TOOLS) missing and not root; tests that need them will be skipped"; fi; \
 	fi
 
-demo: $(STAMP) compiled
-	$(RUN) $(VENV)/bin/usertcp --version
-	$(RUN) $(VENV)/bin/usertcp demo
+# The demo runs the compiled build when an up-to-date one is there (make test or make compiled
+# built it), else the pure sources: it never waits for a compile, never runs a stale build.
+FRESH := $(shell test -f $(COMPILED)/.stamp && test -z "$$(find src setup.py pyproject.toml -newer \
+           $(COMPILED)/.stamp \( -name '*.py' -o -name pyproject.toml \) -print -quit)" && echo yes)
+DEMO_RUN := $(if $(and $(RUN),$(FRESH)),$(RUN))
+demo: $(STAMP)
+	$(DEMO_RUN) $(VENV)/bin/usertcp --version
+	$(DEMO_RUN) $(VENV)/bin/usertcp demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests fuzz tools
