@@ -32,6 +32,7 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from usertcp.native import mypyc_attr
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 
 
+@mypyc_attr(native_class=False)      # mypyc compiles no subclass of this builtin exception
 class ReceiveClaimedError(OSError):
     """A read of a receive side that a payload-object collector owns (the objects design's
     patch 1, an exclusive receive claim): the socket, asyncio and drill layers report EBUSY."""

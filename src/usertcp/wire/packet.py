@@ -170,7 +170,7 @@ def _parse_tcp(seg: Segment, mv: memoryview, off: int, end: int, verify_checksum
         if tlen & 1:
             v <<= 8
         # Pseudo-header words (RFC 9293 §3.1, RFC 8200 §8.1) + segment must be -0.
-        if mod_ffff(v + _from_bytes(seg.src, "big") + _from_bytes(seg.dst, "big") + 6 + tlen):
+        if mod_ffff(v + (_from_bytes(seg.src, "big") + _from_bytes(seg.dst, "big") + 6 + tlen)):
             raise DropPacket("TcpInCsumErrors", "bad TCP checksum")
     flags = offflags & 0x1FF
     if flags & SYN and flags & RST:
@@ -223,8 +223,9 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
         r = pseudo % 0xFFFF
         tcsum = r if r else 0xFFFF
     else:
-        total = (pseudo + sport + dport + seq + ack + offflags + window + urg_ptr + psum
-                 + _from_bytes(options, "big"))
+        # The small terms first, then one addition to the payload-sized integer (each copies it).
+        total = psum + (pseudo + sport + dport + seq + ack + offflags + window + urg_ptr
+                        + _from_bytes(options, "big"))
         r = mod_ffff(total)
         tcsum = 0xFFFF - r if r else 0
 
@@ -262,7 +263,7 @@ def _payload_sum(payload: Sequence[Buffer]) -> tuple[int, int]:
         v = _from_bytes(p, "big")
         if plen & 1:
             v <<= 8
-        psum += v
+        psum = psum + v if psum else v     # adding to 0 would copy the payload-sized integer
     return plen, psum
 
 
