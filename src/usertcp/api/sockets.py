@@ -138,7 +138,14 @@ class Socket(SocketCore):
             if copied:
                 return copied
             raise os_error(err)
-        self._wait_connected()
+        pending = conn if conn is not None and copied < len(view) else None
+        if pending is not None:
+            pending.write_pending += 1       # inet_wait_for_connect's writebias: ACK rides on data
+        try:
+            self._wait_connected()
+        finally:
+            if pending is not None:
+                pending.write_pending -= 1
         rest = view[copied:]
         return copied + (self._send_some(rest, rest, flags & ~MSG_FASTOPEN) if len(rest) else 0)
 

@@ -408,16 +408,21 @@ class Syscalls:
         self.last_sock = sock
         return conn
 
-    def _connect_wait(self, sock: Sock, err: int, nonblocking: bool) -> SyscallGen:
+    def _connect_wait(self, sock: Sock, err: int, nonblocking: bool, writer: bool = False) -> SyscallGen:
         """The end of __inet_stream_connect: wait out the handshake (or fail with ``err`` if
-        non-blocking); a failed connection reports its error and leaves the socket unconnected."""
+        non-blocking); a failed connection reports its error and leaves the socket unconnected.
+        ``writer``: data waits to be written (inet_wait_for_connect's writebias)."""
         conn = sock.conn
         assert conn is not None
         if conn.state in (State.SYN_SENT, State.SYN_RECEIVED):
             if nonblocking:
                 raise SysError(err)
-            while conn.state in (State.SYN_SENT, State.SYN_RECEIVED) and not conn.error:
-                yield None
+            conn.write_pending += writer
+            try:
+                while conn.state in (State.SYN_SENT, State.SYN_RECEIVED) and not conn.error:
+                    yield None
+            finally:
+                conn.write_pending -= writer
         if conn.state is State.CLOSED:
             sock.sock_state = SS_UNCONNECTED
             raise SysError(take_error(conn) or errno.ECONNABORTED)
@@ -504,7 +509,11 @@ class Syscalls:
                     if total:
                         return total
                     raise SysError(errno.EAGAIN)
-                yield None
+                conn.write_pending += 1        # sk_stream_wait_connect
+                try:
+                    yield None
+                finally:
+                    conn.write_pending -= 1
                 continue
             if data is None:
                 raise SysError(errno.EFAULT)   # the copy from user memory failed
@@ -564,7 +573,7 @@ class Syscalls:
             self.host.flush()
             err = errno.EINPROGRESS
         try:
-            yield from self._connect_wait(sock, err, nonblocking)
+            yield from self._connect_wait(sock, err, nonblocking, writer=data is None or copied < len(data))
         except SysError as exc:
             if exc.errno == errno.EINPROGRESS and copied:
                 return copied, True
@@ -616,6 +625,8 @@ class Syscalls:
             if conn.collector is not None:
                 raise SysError(errno.EBUSY)
             if conn.readable_bytes:
+                if n and _null(want):
+                    raise SysError(errno.EFAULT)   # the copy to user memory failed: data stays
                 if peek:
                     data = conn.rcv_buf.peek(0, min(n, conn.readable_bytes))
                 else:
@@ -760,12 +771,16 @@ class Syscalls:
         conn = sock.conn
         if conn is None:
             return S["POLLOUT"] | S["POLLHUP"] if events & S["POLLOUT"] else S["POLLHUP"]
+        if sock.deferred_connect:
+            # tcp_poll: a deferred TCP_FASTOPEN_CONNECT socket is writable (write() sends the SYN).
+            return (S["POLLOUT"] | S["POLLWRNORM"]) & events
         if conn.error:
             out |= S["POLLERR"]
         closed = conn.state is State.CLOSED
         if closed or (conn.write_shutdown and (conn.fin_received or conn.read_shutdown)):
             out |= S["POLLHUP"]
-        if conn.fin_received or conn.read_shutdown:
+        if conn.fin_received or conn.read_shutdown or closed:
+            # tcp_done (reset, timeout) sets SHUTDOWN_MASK: readable (EOF or the error).
             out |= S["POLLIN"] | S["POLLRDNORM"] | S["POLLRDHUP"]
         if conn.readable_bytes:
             out |= S["POLLIN"] | S["POLLRDNORM"]

@@ -160,6 +160,7 @@ class Connection:
         self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
         self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
+        self.write_pending = 0             # sk_write_pending: writers waiting for the handshake
         self.total_retrans = 0
         self.syn_retries = 0
 
@@ -758,9 +759,15 @@ class Connection:
                 self.rx.data_arrives(seg, 0, now)   # offset of the SYN: its data starts at 1
             if self.fin_queued and self.write_shutdown:
                 self._set_state(State.FIN_WAIT_1, now)
-            # RFC 9293: ACK the SYN-ACK at once (data, if queued, carries it).
             self.rx.ack_pending = max(self.rx.ack_pending, 1)
-            self.rx.ack_now = True
+            if self.write_pending:
+                # Linux tcp_rcv_synsent_state_process, a writer waiting (sk_write_pending): "Save
+                # one ACK": quick-ACK mode, delayed ACK at TCP_DELACK_MAX; its data carries the ACK.
+                self.rx.enter_quickack_mode(self.config.quickack_segments)
+                self.last_rcv_time = now       # icsk_ack.lrcvtime, with ato = TCP_ATO_MIN
+                self.timers.delack_deadline = now + self.config.delack_max
+            else:
+                self.rx.ack_now = True         # RFC 9293: ACK the SYN-ACK at once
         else:
             # Simultaneous open (RFC 9293 §3.10.7.3 "fifth", Figure 7).
             self.snd_wnd = seg.window

@@ -289,6 +289,10 @@ class ActiveFastOpen:
         if st.syn_data:
             conn.syn_data_acked = True      # tcpi_options TCPI_OPT_SYN_DATA
             conn.mib["TcpExtTCPFastOpenActive"] += 1
+            # "SYN-data is counted as two separate packets in tcp_ack()": Linux takes one back,
+            # so the SYN and its data count as one delivery (the SYN's, counted on OPENED).
+            mss = max(conn.mss, 1)
+            conn.delivered_segs = max(conn.delivered_segs - max(1, (st.copied + mss - 1) // mss), 0)
 
     # ---------------------------------------------------------------- helpers
 
