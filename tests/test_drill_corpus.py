@@ -104,16 +104,10 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('skipped', 120, 'setsockopt(IPPROTO_TCP, TCP_SYNCNT) not emulated'),
     'gtests/net/tcp/fastopen/client/nonblocking-sendto.pkt':
         ('skipped', 95, "command not modelled: 'sysctl -q net.ipv4.tcp_fastopen_cooki"),
-    'gtests/net/tcp/fastopen/client/simultaneous-fast-open.pkt':
-        ('failed', 35, 'outbound packet differs: flags (expected ., actual P.); seq '),
     'gtests/net/tcp/fastopen/client/syn-data-icmp-unreach-frag-needed-with-seq-ipv6.pkt':
         ('failed', 13, 'outbound packet differs: mss (expected mss 1440, actual mss '),
-    'gtests/net/tcp/fastopen/client/syn-data-icmp-unreach-frag-needed-with-seq.pkt@ipv4':
-        ('failed', 31, 'outbound packet differs: mss (expected mss 800, actual mss 1'),
     'gtests/net/tcp/fastopen/client/syn-data-icmp-unreach-frag-needed-with-seq.pkt@ipv6':
         ('skipped', 29, 'bad ICMP code frag_needed for IPv6 (packetdrill rejects it)'),
-    'gtests/net/tcp/fastopen/client/syn-data-icmp-unreach-frag-needed.pkt@ipv4':
-        ('failed', 31, 'outbound packet differs: mss (expected mss 760, actual mss 1'),
     'gtests/net/tcp/fastopen/client/syn-data-icmp-unreach-frag-needed.pkt@ipv6':
         ('skipped', 29, 'bad ICMP code frag_needed for IPv6 (packetdrill rejects it)'),
     'gtests/net/tcp/fastopen/client/syn-data-only-syn-acked.pkt':
@@ -259,7 +253,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="180/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="184/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

@@ -856,8 +856,15 @@ class Connection:
         if st is State.SYN_RECEIVED and not self.passive and flags & SYN and flags & ACK \
                 and seg.seq == self.irs and self.snd_off(seg.ack) == self.snd_max:
             # Simultaneous open (RFC 9293 Figure 8, line 6): the peer's SYN-ACK completes it.
-            # Linux tcp_validate_incoming lets exactly this SYN pass.
+            # Linux tcp_validate_incoming lets exactly this SYN pass; tcp_ack takes what it
+            # acknowledges (a SYN's data too; the window of a SYN is not scaled), and
+            # tcp_data_queue answers the old SYN at once, with a D-SACK of it.
             self._establish_passive(seg, self.snd_max, now)
+            self.snd_wnd = self.max_snd_wnd = seg.window
+            self.recovery.ack_advance(self.snd_max, now)
+            if self.sack_ok and self.config.dsack:
+                self.rx.dsack = (0, 1)
+            self.rx.ack_now = True
             return True
         if st is State.TIME_WAIT and flags & FIN and not flags & (SYN | RST) \
                 and seg_off + plen + 1 == self.rcv_nxt:
