@@ -114,8 +114,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 65, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/fastopen/client/syn-data-partial-or-over-ack.pkt':
         ('failed', 33, 'outbound packet differs: flags (expected P., actual .)'),
-    'gtests/net/tcp/fastopen/client/synack-data.pkt':
-        ('failed', 122, 'outbound packet differs: flags (expected R, actual .); ack ('),
     'gtests/net/tcp/fastopen/server/client-ack-dropped-then-recovery-ms-timestamps.pkt':
         ('failed', 33, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/fastopen/server/icmp-baseline.pkt@ipv6':
@@ -253,7 +251,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="184/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="186/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

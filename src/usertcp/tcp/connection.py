@@ -728,6 +728,14 @@ class Connection:
                 if not flags & RST:
                     self.stack.send_reset_for(seg, now)
                 return
+            if not flags & RST and seg.ts_val >= 0 and seg.ts_ecr and self.config.timestamps:
+                # Linux tcp_rcv_synsent_state_process (RFC 7323 PAWS): the echoed TSval must lie
+                # between our first SYN's (retrans_stamp) and now, else reset (PAWSActiveRejected).
+                first = (int(self.timers.first_rto_time * 1000) + self.ts_offset) & SEQ_MASK
+                if seq_diff(seg.ts_ecr, first) < 0 or seq_diff(self.tx.tsval(now), seg.ts_ecr) < 0:
+                    self.mib["TcpExtPAWSActiveRejected"] += 1
+                    self.stack.send_reset_for(seg, now)
+                    return
         if flags & RST:
             if flags & ACK:
                 self._reset_by_peer(now)
