@@ -146,6 +146,7 @@ def test_unacked_syn_data_is_resent_at_once(family: str) -> None:
     assert not c.syn_data_acked
     st = c.tfo
     assert isinstance(st, ClientTfo) and st.client_fail == TFO_DATA_NOT_ACKED
+    assert c.info()["tcpi_fastopen_client_fail"] == TFO_DATA_NOT_ACKED
     entry = p.hooks.client.cache.get(p.remote)
     assert entry is not None and entry.cookie == COOKIE and entry.syn_loss == 0   # not a loss
 
