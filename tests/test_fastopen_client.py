@@ -29,6 +29,7 @@ from usertcp.tcp.config import TFO_CLIENT_ENABLE, TFO_CLIENT_NO_COOKIE, StackCon
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.fastopen_client import TFO_DATA_NOT_ACKED, ClientTfo, CookieEntry
 from usertcp.tcp.stack import Stack
+from usertcp.wire import icmp
 from usertcp.wire.packet import build_packet, parse_packet
 from usertcp.wire.segment import ACK, RST, SYN, DropPacket, NotTcp, Segment
 from usertcp.wire.tcp import encode_options
@@ -242,6 +243,30 @@ def test_blackhole_pauses_active_fastopen(family: str) -> None:
     # After the timeout Fast Open is tried again.
     c3 = p.conn()
     assert fastopen.tfo_connect(c3, b"data", t + 3601) == 4
+
+
+def test_path_mtu_report_on_syn_data_resends_the_plain_syn(family: str) -> None:
+    """tcp_simple_retransmit (c31b70c9968f): the SYN-data was too big, resend the SYN now."""
+    p = Peer(family)
+    p.cache()
+    c = p.conn()
+    fastopen.tfo_connect(c, bytes(1000), 0.0)
+    (raw,) = [pkt.tobytes() for pkt in p.stack.datagrams_to_send()]
+    mtu = 1280 if p.v6 else 800
+    err = icmp.error_for_packet(raw, mtu=mtu)
+    assert err is not None
+    p.stack.receive(err, 0.01)
+    (again,) = p.out()
+    assert again.flags == SYN and len(again.payload) == 0 and again.fastopen is None
+    assert again.mss == mtu - (60 if p.v6 else 40)
+    assert c.total_retrans == 1 and c.state is State.SYN_SENT
+    # The SYN-ACK does not cover the data: it goes again at once, in path-MTU-sized segments.
+    syn = parse_packet(raw)
+    out = p.synack(c, syn, acked=0, t=0.03)
+    sizes = [len(s.payload) for s in out if len(s.payload)]
+    assert sum(sizes) == 1000 and max(sizes) <= mtu - (60 if p.v6 else 40)
+    entry = p.hooks.client.cache.get(p.remote)
+    assert entry is not None and entry.syn_loss == 1                 # negatively cached
 
 
 # --------------------------------------------------------------------------- socket API
