@@ -30,22 +30,12 @@ from typing import TYPE_CHECKING
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
-from usertcp.tcp.info import (
-    tcp_info,
-)
+from usertcp.tcp.info import tcp_info
 from usertcp.tcp.md5sig import Md5Keys
-from usertcp.tcp.output import (
-    IP_PMTUDISC_WANT,
-    MAX_WINDOW,
-    Output,
-)
+from usertcp.tcp.output import IP_PMTUDISC_WANT, MAX_WINDOW, Output
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.receive import Receive
-from usertcp.tcp.recovery import (
-    ECN_OK,
-    INF,
-    Recovery,
-)
+from usertcp.tcp.recovery import ECN_OK, INF, Recovery
 from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import (
@@ -78,10 +68,6 @@ if TYPE_CHECKING:
     from usertcp.tcp.stack import Listener
 
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
-
-
-
-
 
 
 def ecn_syn_acceptable(seg: Segment, cfg: StackConfig) -> bool:
@@ -365,8 +351,6 @@ class Connection:
             mss -= 20
         self.mss = max(mss, 64)
         self.cc.set_mss(self.mss)
-
-    # ----------------------------------------------------------- segment output
 
     # ------------------------------------------------------------------ opening
 
@@ -729,8 +713,7 @@ class Connection:
                     self.stack.send_reset_for(seg, now)
                 return
             if not flags & RST and seg.ts_val >= 0 and seg.ts_ecr and self.config.timestamps:
-                # Linux tcp_rcv_synsent_state_process (RFC 7323 PAWS): the echoed TSval must lie
-                # between our first SYN's (retrans_stamp) and now, else reset (PAWSActiveRejected).
+                # Linux tcp_rcv_synsent_state_process: TSecr outside [first SYN, now] is reset.
                 first = (int(self.timers.first_rto_time * 1000) + self.ts_offset) & SEQ_MASK
                 if seq_diff(seg.ts_ecr, first) < 0 or seq_diff(self.tx.tsval(now), seg.ts_ecr) < 0:
                     self.mib["TcpExtPAWSActiveRejected"] += 1
@@ -769,8 +752,7 @@ class Connection:
                 self._set_state(State.FIN_WAIT_1, now)
             self.rx.ack_pending = max(self.rx.ack_pending, 1)
             if self.write_pending:
-                # Linux tcp_rcv_synsent_state_process, a writer waiting (sk_write_pending): "Save
-                # one ACK": quick-ACK mode, delayed ACK at TCP_DELACK_MAX; its data carries the ACK.
+                # Linux, a writer waiting (sk_write_pending): "Save one ACK", its data carries it.
                 self.rx.enter_quickack_mode(self.config.quickack_segments)
                 self.last_rcv_time = now       # icsk_ack.lrcvtime, with ato = TCP_ATO_MIN
                 self.timers.delack_deadline = now + self.config.delack_max
@@ -864,9 +846,8 @@ class Connection:
         if st is State.SYN_RECEIVED and not self.passive and flags & SYN and flags & ACK \
                 and seg.seq == self.irs and self.snd_off(seg.ack) == self.snd_max:
             # Simultaneous open (RFC 9293 Figure 8, line 6): the peer's SYN-ACK completes it.
-            # Linux tcp_validate_incoming lets exactly this SYN pass; tcp_ack takes what it
-            # acknowledges (a SYN's data too; the window of a SYN is not scaled), and
-            # tcp_data_queue answers the old SYN at once, with a D-SACK of it.
+            # Linux tcp_validate_incoming lets exactly this SYN pass to tcp_ack (a SYN's window
+            # is not scaled), then tcp_data_queue D-SACKs the old SYN at once.
             self._establish_passive(seg, self.snd_max, now)
             self.snd_wnd = self.max_snd_wnd = seg.window
             self.recovery.ack_advance(self.snd_max, now)
@@ -1082,9 +1063,7 @@ class Connection:
         elif st is State.FIN_WAIT_2:
             self._set_state(State.TIME_WAIT, now)
 
-    # ------------------------------------------------------------------ output
-
-    # ------------------------------------------------------------------ timers
+    # ------------------------------------------------------------------ output and timers
 
     def output(self, now: float) -> None:
         """Send what the windows allow (see ``tcp/output.py``)."""
