@@ -240,9 +240,18 @@ def test_blackhole_pauses_active_fastopen(family: str) -> None:
     assert fastopen.tfo_connect(c2, b"data", t) == 0
     (syn,) = p.out()
     assert syn.fastopen is None and len(syn.payload) == 0
-    # After the timeout Fast Open is tried again.
+    # After the timeout Fast Open is tried again; a connection that then receives data shows
+    # the path works, and its end forgets the blackhole (tcp_fastopen_active_disable_ofo_check).
     c3 = p.conn()
     assert fastopen.tfo_connect(c3, b"data", t + 3601) == 4
+    (syn3,) = p.out()
+    p.synack(c3, syn3, acked=4, t=t + 3601.01)
+    reply = build_packet(src=p.remote, dst=p.local, sport=80, dport=c3.local_port, seq=7001,
+                         ack=(syn3.seq + 5) & 0xFFFFFFFF, flags=ACK, window=512, payload=[b"ok"])
+    p.stack.receive(reply.tobytes(), p.now)
+    assert cache.disable_times == 1
+    c3.abort(p.now)
+    assert cache.disable_times == 0
 
 
 def test_path_mtu_report_on_syn_data_resends_the_plain_syn(family: str) -> None:

@@ -652,6 +652,7 @@ class Connection:
             self.rcv_buf.acct.used -= len(self.rcv_buf)
             self.rcv_buf.acct = None
         self._set_state(State.CLOSED, now)
+        self.stack.on_destroy(self, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF
         self.recovery.rtx.clear()

@@ -211,6 +211,12 @@ class FastOpen:
         if isinstance(st, ClientTfo):
             self.client.write_timeout(conn, st, expired, now)
 
+    def on_destroy(self, conn: Connection, now: float) -> None:
+        """tcp_v4_destroy_sock / tcp_disconnect: the blackhole check of a closing connection."""
+        st = conn.tfo
+        if isinstance(st, ClientTfo):
+            self.client.on_destroy(conn, st, now)
+
     def syn_state_output(self, conn: Connection, now: float) -> None:
         """Linux lets a TFO child send in SYN_RECV (tcp_sendmsg: tcp_passive_fastopen)."""
         st = conn.tfo

@@ -258,6 +258,18 @@ class ActiveFastOpen:
             self.cache.disable(conn, now)
             conn.mib["TcpExtTCPFastOpenActiveFail"] += 1
 
+    def on_destroy(self, conn: Connection, st: ClientTfo, now: float) -> None:
+        """tcp_fastopen_active_disable_ofo_check: a Fast Open connection that got nothing but an
+        out-of-order FIN met a middlebox eating data: pause. One that received data after a
+        pause ended (syn_fastopen_ch) shows the path is fine: forget past blackholes."""
+        if not st.syn_fastopen:
+            return
+        if not conn.data_segs_in:
+            if not conn.ooo.empty and not conn.ooo.bytes_queued:
+                self.cache.disable(conn, now)
+        elif st.check_blackhole and self.cache.disable_times and conn.remote_ip != conn.local_ip:
+            self.cache.disable_times = 0        # (not over loopback, as Linux)
+
     def on_synack(self, conn: Connection, st: ClientTfo, seg: Segment, now: float) -> None:
         """tcp_rcv_fastopen_synack, after tcp_ack() took the acknowledged part of the SYN data."""
         if not (st.syn_fastopen or st.syn_data):
