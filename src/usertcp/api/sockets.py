@@ -140,12 +140,12 @@ class Socket(SocketCore):
             raise os_error(err)
         pending = conn if conn is not None and copied < len(view) else None
         if pending is not None:
-            pending.write_pending += 1       # inet_wait_for_connect's writebias: ACK rides on data
+            pending.writer_waits(True)       # inet_wait_for_connect's writebias: ACK rides on data
         try:
             self._wait_connected()
         finally:
             if pending is not None:
-                pending.write_pending -= 1
+                pending.writer_waits(False)
         rest = view[copied:]
         return copied + (self._send_some(rest, rest, flags & ~MSG_FASTOPEN) if len(rest) else 0)
 

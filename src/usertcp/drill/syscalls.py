@@ -417,12 +417,14 @@ class Syscalls:
         if conn.state in (State.SYN_SENT, State.SYN_RECEIVED):
             if nonblocking:
                 raise SysError(err)
-            conn.write_pending += writer
+            if writer:
+                conn.writer_waits(True)
             try:
                 while conn.state in (State.SYN_SENT, State.SYN_RECEIVED) and not conn.error:
                     yield None
             finally:
-                conn.write_pending -= writer
+                if writer:
+                    conn.writer_waits(False)
         if conn.state is State.CLOSED:
             sock.sock_state = SS_UNCONNECTED
             raise SysError(take_error(conn) or errno.ECONNABORTED)
@@ -509,11 +511,11 @@ class Syscalls:
                     if total:
                         return total
                     raise SysError(errno.EAGAIN)
-                conn.write_pending += 1        # sk_stream_wait_connect
+                conn.writer_waits(True)        # sk_stream_wait_connect
                 try:
                     yield None
                 finally:
-                    conn.write_pending -= 1
+                    conn.writer_waits(False)
                 continue
             if data is None:
                 raise SysError(errno.EFAULT)   # the copy from user memory failed

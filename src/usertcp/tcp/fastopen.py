@@ -124,7 +124,7 @@ class FastOpen:
         if not preload and not child and cookie_out is None:
             return
         st = TfoState(client=False)
-        conn.tfo = st
+        conn.handshake.attach_fastopen(st)
         st.cookie_out = cookie_out
         st.cookie_exp = seg.fastopen_exp
         if preload:
@@ -136,7 +136,7 @@ class FastOpen:
         mib = conn.mib
         mib["TcpExtTCPFastOpenPassive"] += 1
         # tcp_fastopen_add_skb: the SYN's data (and FIN) is received now and acked in the SYN-ACK.
-        conn.accept_syn_data(seg.payload, bool(seg.flags & FIN))
+        conn.handshake.accept_syn_data(seg.payload, bool(seg.flags & FIN))
         if preload:
             # RFC 6691 / RFC 9293 §3.7.1: the peer's MSS excludes TCP options, so the SYN-ACK's
             # options come out of it; then the peer's (unscaled) SYN window and our IW.
@@ -237,7 +237,7 @@ class FastOpen:
         if st.synack_data and 0 < ack_off < end:
             # Patches 5/6: the data in the SYN-ACK was not (all) taken; go back to the ACK
             # point (the head is trimmed by the ACK) and send the rest now, not at the RTO.
-            conn.rewind_syn_data(ack_off)
+            conn.handshake.rewind_syn_data(ack_off)
             conn.mib["UsertcpSynAckDataRetrans"] += 1
         return st.queued
 

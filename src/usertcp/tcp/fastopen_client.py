@@ -196,7 +196,7 @@ class ActiveFastOpen:
         if conn.state is not State.CLOSED:
             raise OSError(errno.EISCONN, "already connected")
         st = ClientTfo(None, False, self.advmss(conn))
-        conn.tfo = st
+        conn.handshake.attach_fastopen(st)
         ok, cookie, exp, mss = self.cookie_check(conn, st, now, no_cookie)
         st.cookie, st.exp = cookie, exp
         if mss:
@@ -295,16 +295,15 @@ class ActiveFastOpen:
         if unacked:
             st.client_fail = TFO_SYN_RETRANSMITTED if conn.total_retrans else TFO_DATA_NOT_ACKED
             # tcp_mark_skb_lost + tcp_non_congestion_loss_retransmit: resend now, no cwnd cut.
-            conn.rewind_syn_data(conn.snd_una)
+            conn.handshake.rewind_syn_data(conn.snd_una)
             conn.mib["TcpExtTCPFastOpenActiveFail"] += 1
             return
         if st.syn_data:
-            conn.syn_data_acked = True      # tcpi_options TCPI_OPT_SYN_DATA
             conn.mib["TcpExtTCPFastOpenActive"] += 1
-            # "SYN-data is counted as two separate packets in tcp_ack()": Linux takes one back,
-            # so the SYN and its data count as one delivery (the SYN's, counted on OPENED).
+            # tcpi_options TCPI_OPT_SYN_DATA; the SYN and its data count as one delivery (the
+            # SYN's, counted on OPENED): take back what the ACK counted for the data.
             mss = max(conn.mss, 1)
-            conn.delivered_segs = max(conn.delivered_segs - max(1, (st.copied + mss - 1) // mss), 0)
+            conn.handshake.note_syn_data_acked(max(1, (st.copied + mss - 1) // mss))
 
     # ---------------------------------------------------------------- helpers
 
