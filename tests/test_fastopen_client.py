@@ -321,7 +321,19 @@ def test_socket_api_sendto_and_fastopen_connect(family: str) -> None:
     c3 = ch.socket(fam)
     c3.setblocking(False)
     assert c3.sendto(bytes(3000), MSG_FASTOPEN, (addr, 80)) == (1420 if family == "ipv4" else 1400)
-    for sock in (c, c2, c3, s, s2, srv):
+    s3, _ = srv.accept()
+    # sendall() as the first write of a deferred connect: the SYN takes its share, the rest follows.
+    c4 = ch.socket(fam)
+    c4.setsockopt(usocket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+    c4.settimeout(5)
+    c4.connect((addr, 80))
+    c4.sendall(bytes(range(256)) * 12)
+    s4, _ = srv.accept()
+    got = b""
+    while len(got) < 3072:
+        got += s4.recv(4096)
+    assert got == bytes(range(256)) * 12 and s4.tcp_info()["tcpi_options"] & 32
+    for sock in (c, c2, c3, c4, s, s2, s3, s4, srv):
         sock.close()
 
 

@@ -198,7 +198,10 @@ class Socket(SocketCore):
         more = bool(flags & MSG_MORE)
         total = len(view)
         sent = 0
-        whole = data if isinstance(data, bytes) else None
+        if self._tfo_deferred:
+            # The first write of a deferred TCP_FASTOPEN_CONNECT sends the SYN with its data.
+            sent = self._sendmsg_fastopen(view, view, flags, None)
+        whole = data if isinstance(data, bytes) and not sent else None
 
         def attempt(now: float) -> Blocked | None:
             nonlocal sent

@@ -139,8 +139,6 @@ class ClientTfo:
     __slots__ = ("check_blackhole", "client_fail", "cookie", "copied", "exp", "first_sent",
                  "mss_clamp", "syn_data", "syn_fastopen", "syn_fastopen_exp")
 
-    client = True                       # the hooks object tells the two sides apart by this
-
     def __init__(self, cookie: bytes | None, exp: bool, mss_clamp: int) -> None:
         self.cookie = cookie            # option of the first SYN: None none, b"" a request
         self.exp = exp                  # ... in the experimental form (kind 254)
