@@ -5,7 +5,7 @@ Linux sources modelled, function by function:
 - ``tcp_metrics.c`` tcp_fastopen_cache_get/_set: a per-destination cache holds the server's
   cookie, its MSS, whether to try the experimental option (kind 254) next, and SYN losses
   (negative caching). :class:`CookieCache`, one per stack (Linux: per network namespace).
-  Linux 4.11+ only records the losses (``ip tcp_metrics`` shows them); the per-destination
+  Linux 6.x only records the losses (``ip tcp_metrics`` shows them); the per-destination
   back-off of 2012 gave way to the namespace-wide blackhole pause below, and so here.
 - ``tcp_fastopen.c`` tcp_fastopen_cookie_check: may a SYN carry data? Yes with a cached cookie,
   or in cookie-less mode (``tcp_fastopen`` bit 0x4, ``TCP_FASTOPEN_NO_COOKIE``); never while
