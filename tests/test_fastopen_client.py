@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from netns_helpers import namespace_fixture
+from netns_helpers import ServeProcess, namespace_fixture
 from pair import make_pair
 from usertcp import MSG_FASTOPEN
 from usertcp import socket as usocket
@@ -428,3 +428,57 @@ def _kernel_round(host: usocket.Host, peer: str, v6: bool, data: bytes) -> None:
         assert reply == data.upper()
     finally:
         c.close()
+
+
+def _kernel_client(peer: str, v6: bool, size: int) -> tuple[int, int]:
+    """This machine's kernel as a non-blocking Fast Open client: (errno of a sendto with no
+    cookie yet, bytes a sendto of ``size`` takes once the cookie is cached)."""
+    fam = socket.AF_INET6 if v6 else socket.AF_INET
+    first = socket.socket(fam, socket.SOCK_STREAM)
+    first.setblocking(False)
+    try:
+        first.sendto(bytes(size), socket.MSG_FASTOPEN, (peer, 9))
+        err = 0
+    except BlockingIOError as exc:
+        err = exc.errno or 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:             # wait for the handshake (the cookie)
+        try:
+            first.send(b"")
+            break
+        except BlockingIOError:
+            time.sleep(0.01)
+    first.close()
+    second = socket.socket(fam, socket.SOCK_STREAM)
+    second.setblocking(False)
+    try:
+        return err, second.sendto(bytes(size), socket.MSG_FASTOPEN, (peer, 9))
+    finally:
+        time.sleep(0.2)
+        second.close()
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("family", sorted(KERNEL))
+def test_kernel_client_agrees_on_syn_data(ns: str, tmp_path: Path, family: str) -> None:
+    """The kernel as the client, usertcp as the server: the kernel's non-blocking sendto answers
+    EINPROGRESS without a cookie and then puts as much in its SYN as our model computes."""
+    _kernel_ip, peer_cidr, us = KERNEL[family]
+    v6 = family == "ipv6"
+    netns.set_sysctl(ns, "net.ipv4.tcp_fastopen", "0x1")
+    pcap = tmp_path / "kernel-client.pcap"
+    with ServeProcess(ns, "--tun", "uttfo1", "--address", us, "--peer-address", peer_cidr, "--app", "discard",
+                      "--fastopen", "--pcap", str(pcap), "--quiet") as srv:
+        err, took = netns.call_in_namespace(ns, _kernel_client, us, v6, 5000)
+        assert srv.stop() == 0, srv.stderr
+    assert err == errno.EINPROGRESS
+    segs = [s for s in (_tcp(raw) for _, raw in read_pcap(pcap)) if s is not None]
+    syns = [s for s in segs if s.flags == SYN]
+    assert len(syns) == 2 and syns[0].fastopen == b"" and len(syns[0].payload) == 0
+    assert len(syns[1].payload) == took and syns[1].fastopen
+    synack = next(s for s in segs if s.flags == SYN | ACK)
+    # Our client in the kernel's place: same MTU, the same server MSS cached.
+    p = Peer(family)
+    p.stack.config.mtu = 1500
+    p.cache(mss=synack.mss)
+    assert fastopen.tfo_connect(p.conn(), bytes(5000), 0.0) == took
