@@ -60,6 +60,7 @@ from usertcp.api.constants import (
     TCP_USER_TIMEOUT,
     os_error,
 )
+from usertcp.tcp.config import TFO_CLIENT_ENABLE
 from usertcp.tcp.congestion import create_congestion_control
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.md5sig import Md5Keys, parse_tcp_md5sig
@@ -325,8 +326,13 @@ class SocketOptions:
             if listener is not None:
                 listener.fastopen_qlen = v
         elif optname == TCP_FASTOPEN_CONNECT:
+            # Linux do_tcp_setsockopt: 0 or 1, the client bit of tcp_fastopen on, a closed socket.
+            if v not in (0, 1):
+                raise os_error(errno.EINVAL, "TCP_FASTOPEN_CONNECT takes 0 or 1")
+            if not self.config.fastopen & TFO_CLIENT_ENABLE:
+                raise os_error(errno.EOPNOTSUPP, "TCP Fast Open (client) is off: net.ipv4.tcp_fastopen & 1")
             if conn is not None and conn.state is not State.CLOSED:
-                raise os_error(errno.EISCONN)
+                raise os_error(errno.EINVAL, "TCP_FASTOPEN_CONNECT after connect")
             self.tfo_connect = bool(v)
         elif optname == TCP_FASTOPEN_NO_COOKIE:
             self.tfo_no_cookie = bool(v)

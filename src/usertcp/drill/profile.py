@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from usertcp.drill.defaults import ADDRESS_DEFAULTS, SYSCTL_DEFAULTS, SysctlValue, sysctl_name
 from usertcp.drill.offload import ETHTOOL_OFFLOADS_OFF, link_gso_max_size
+from usertcp.tcp import fastopen
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import State
 from usertcp.tcp.stack import Stack
@@ -87,7 +88,6 @@ def linux_config(ip_version: str = "ipv4") -> StackConfig:
 
 # Commands with no effect on a fresh in-process stack.
 _HARMLESS = (
-    re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$"),  # a fresh stack remembers no cookies
     re.compile(r"^(/tmp/)?sysctl_restore_\S*\.sh$"),  # our stack dies with the script
     re.compile(r"^true$|^:$"),
 )
@@ -99,6 +99,7 @@ _HARMLESS = (
 _QDISC_SET = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+pfifo(?:\s+limit\s+(\d+))?$")
 _QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
 TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
+_METRICS_FLUSH = re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$")   # the Fast Open cookie cache
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
 _REDIRECT = re.compile(r"\s*(\d?>>?\s*/dev/null|2>&1|>\s*&\d)\s*")
@@ -157,6 +158,11 @@ class Environment:
             stack = self.stack_getter()
             if stack is not None:
                 self.attach(stack)
+            return
+        if _METRICS_FLUSH.match(joined):
+            stack = self.stack_getter()
+            if stack is not None:
+                fastopen.flush_metrics(stack)
             return
         qdisc = _QDISC_SET.match(joined)
         if qdisc is not None:

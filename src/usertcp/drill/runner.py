@@ -721,6 +721,10 @@ class _Runner:
                 seg = parse_packet(data, verify_checksum=True)
             except DropPacket as exc:
                 raise _Fail(ev.line, f"bad outbound packet from the stack: {exc.reason}") from exc
+            cur = self.current
+            if cur is not None and (seg.sport, seg.dport, seg.dst) != (cur.local_port, cur.remote_port,
+                                                                      cur.remote_ip):
+                continue  # packetdrill sniffs the socket under test only (find_socket_for_live_packet)
             if segs:
                 prev = segs[-1][1]
                 if (prev.sport, prev.dport, prev.dst) != (seg.sport, seg.dport, seg.dst):

@@ -123,6 +123,7 @@ class Connection:
         self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
         self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
+        self.write_pending = 0             # sk_write_pending: writers waiting for the handshake
         self.total_retrans = 0
         self.syn_retries = 0
 
@@ -272,6 +273,11 @@ class Connection:
         (sk_stream_write_space): the free space is at least half of what is queued."""
         q = self.snd_buf.wmem_queued
         return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1
+
+    def writer_waits(self, waiting: bool) -> None:
+        """A writer starts (or stops) waiting for the handshake to end (Linux sk_write_pending):
+        while one waits, the SYN-ACK's ACK is left for its data to carry."""
+        self.write_pending += 1 if waiting else -1
 
     def write_space(self) -> None:
         """Linux sk_stream_write_space(): wake a writer short of send buffer (SOCK_NOSPACE)
@@ -549,6 +555,7 @@ class Connection:
         if self.closed_by_app:
             self.rcv_buf.detach_account()
         self.set_state(State.CLOSED, now)
+        self.stack.on_destroy(self, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF
         self.recovery.rtx.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.fastopen_client import ClientTfo
 from usertcp.tcp.recovery import ECN_OK, ECN_SEEN
 
 if TYPE_CHECKING:
@@ -114,6 +115,8 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
         "tcpi_reordering": conn.recovery.reordering,
         "tcpi_reord_seen": conn.recovery.reord_seen,
         "tcpi_rcv_space": conn.rcvbuf_limit,
+        # Why active Fast Open did not deliver the SYN's data (TFO_* of tcp/fastopen_client.py).
+        "tcpi_fastopen_client_fail": conn.tfo.client_fail if isinstance(conn.tfo, ClientTfo) else 0,
     }
     out.update(rtt.as_info())
     out.update(conn.tx.chrono.info(now))

@@ -253,6 +253,8 @@ class Output:
         c = self.conn
         cfg = c.config
         mss = c.stack.mtu_mss(c.v6)
+        if c.pmtu:
+            mss = min(mss, c.pmtu - (60 if c.v6 else 40))   # the route's advmss follows its PMTU
         if c.user_mss:
             mss = min(mss, c.user_mss)
         if synack:
