@@ -60,13 +60,8 @@ class Chrono:
         return {"tcpi_busy_time": sum(us), "tcpi_rwnd_limited": us[1], "tcpi_sndbuf_limited": us[2]}
 
 
-def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
-    """A Linux ``struct tcp_info``-like view (field names as tcpi_*), at ``now`` (default:
-    the time of the stack's last event)."""
-    if now is None:
-        now = conn.stack.now
-    rtt = conn.rtt
-    mss = max(conn.mss, 1)
+def _options(conn: Connection) -> int:
+    """tcpi_options: what the handshake negotiated (Linux TCPI_OPT_*)."""
     opts = 0
     if conn.ts_ok:
         opts |= TCPI_OPT_TIMESTAMPS
@@ -80,13 +75,23 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
         opts |= TCPI_OPT_ECN_SEEN
     if conn.syn_data_acked:
         opts |= TCPI_OPT_SYN_DATA
+    return opts
+
+
+def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
+    """A Linux ``struct tcp_info``-like view (field names as tcpi_*), at ``now`` (default:
+    the time of the stack's last event)."""
+    if now is None:
+        now = conn.stack.now
+    rtt = conn.rtt
+    mss = max(conn.mss, 1)
     out = {
         "tcpi_state": int(conn.state),
         "tcpi_ca_state": conn.recovery.ca_state,
         "tcpi_retransmits": conn.timers.retransmits,
         "tcpi_probes": conn.timers.probes_out,
         "tcpi_backoff": rtt.backoff,
-        "tcpi_options": opts,
+        "tcpi_options": _options(conn),
         "tcpi_snd_wscale": conn.snd_wscale,
         "tcpi_rcv_wscale": conn.rcv_wscale,
         "tcpi_rto": int(rtt.timeout * 1e6),

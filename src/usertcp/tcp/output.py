@@ -679,19 +679,7 @@ class Output:
             buf.append(chunk, new_skb=new_skb)
             copied += copy
             if copied < total and c.is_synchronized and buf.tail_room(goal) == 0:
-                # A full skb with more to copy: forced_push() marks PSH and pushes every
-                # half max window, else tcp_push_one() sends it when it is the send head.
-                forced = self.forced_push()
-                if forced:
-                    self.mark_pushed()
-                if forced or buf.tail_is_send_head():
-                    self.mid_write = True
-                    self.more_pending = more
-                    self.xmit_budget = -1 if forced else self.tso_bytes()
-                    self.run(now)
-                    self.xmit_budget = -1
-                    self.mid_write = self.more_pending = False
-                    goal = self.size_goal()
+                goal = self._push_full_skb(now, more, goal)
         if copied <= 0:
             return 0
         if eor and copied == total:
@@ -705,6 +693,23 @@ class Output:
             self.run(now)
             self.more_pending = False
         return copied
+
+    def _push_full_skb(self, now: float, more: bool, goal: int) -> int:
+        """A full skb with more to copy: forced_push() marks PSH and pushes every half max
+        window, else tcp_push_one() sends it when it is the send head. Returns the size goal
+        the write continues with."""
+        forced = self.forced_push()
+        if forced:
+            self.mark_pushed()
+        if not forced and not self.conn.snd_buf.tail_is_send_head():
+            return goal
+        self.mid_write = True
+        self.more_pending = more
+        self.xmit_budget = -1 if forced else self.tso_bytes()
+        self.run(now)
+        self.xmit_budget = -1
+        self.mid_write = self.more_pending = False
+        return self.size_goal()
 
     def idle_restart(self, now: float) -> None:
         """Linux tcp_slow_start_after_idle_check(), as tcp_skb_entail() queues a new skb:

@@ -125,26 +125,32 @@ class Recovery:
                         continue
                     if r.end > b and self.split_record(i, b) is None:
                         break
-                    n = r.end - r.start
-                    r.sacked = True
-                    rtx.unlink_sent(r)
-                    self.sacked_bytes += n
-                    c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
-                    if r.lost:
-                        self.lost_bytes -= n
-                        r.lost = False
-                    if r.retrans:
-                        self.retrans_bytes -= n
-                        r.retrans = False
-                    if r.end > self.high_sacked:
-                        self.high_sacked = r.end
-                    self.rack_note(r, now)
+                    self._tag_sacked(r, now)
                     new = True
-                    if r.tx_count == 1 and not c.ts_ok:
-                        c.rtt.on_sample(max(now - r.tx_time, 1e-6))
                     i = self._merge_sacked(i)
                 i += 1
         return new
+
+    def _tag_sacked(self, r: SentSegment, now: float) -> None:
+        """Linux tcp_sacktag_one: ``r`` is newly SACKed; it stops counting as lost or
+        retransmitted, and is a delivery for RACK and (without timestamps) an RTT sample."""
+        c = self.conn
+        n = r.end - r.start
+        r.sacked = True
+        self.rtx.unlink_sent(r)
+        self.sacked_bytes += n
+        c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
+        if r.lost:
+            self.lost_bytes -= n
+            r.lost = False
+        if r.retrans:
+            self.retrans_bytes -= n
+            r.retrans = False
+        if r.end > self.high_sacked:
+            self.high_sacked = r.end
+        self.rack_note(r, now)
+        if r.tx_count == 1 and not c.ts_ok:
+            c.rtt.on_sample(max(now - r.tx_time, 1e-6))
 
     def _merge_sacked(self, i: int) -> int:
         """Fold the just-SACKed record at ``i`` into SACKed neighbours it touches, so that a
