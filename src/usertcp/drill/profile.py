@@ -50,7 +50,6 @@ PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
         "tcp_ecn_option",
         "tcp_pacing_ss_ratio",
         "tcp_pacing_ca_ratio",
-        "tcp_notsent_lowat",
     }
 }
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
+from usertcp.tcp.errqueue import ErrorQueue
 from usertcp.tcp.info import (
     tcp_info,
 )
@@ -58,6 +59,7 @@ from usertcp.tcp.states import (
     transition_effects,
 )
 from usertcp.tcp.timers import Timers
+from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE
 from usertcp.wire.segment import (
     ACK,
     AE,
@@ -160,6 +162,10 @@ class Connection:
         self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
         self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
+        # Other entries of the wait queue (epoll items): called with each wake-up's poll key.
+        self.wait_entries: list[Callable[[int], None]] = []
+        self.notsent_lowat = 0             # TCP_NOTSENT_LOWAT (0: the sysctl's value)
+        self.errqueue: ErrorQueue | None = None   # sk_error_queue, once zerocopy/timestamping is used
         self.total_retrans = 0
         self.syn_retries = 0
 
@@ -304,21 +310,42 @@ class Connection:
     @property
     def memory_free(self) -> bool:
         """Linux sk_stream_memory_free(): a write may open a new skb."""
-        return self.snd_buf.wmem_queued < self.sndbuf_limit
+        return self.snd_buf.wmem_queued < self.sndbuf_limit and self.notsent_below_lowat(0)
 
     @property
     def writable(self) -> bool:
-        """Linux __sk_stream_is_writeable(): POLLOUT, and when a sleeping writer is woken
-        (sk_stream_write_space): the free space is at least half of what is queued."""
+        """Linux __sk_stream_is_writeable(sk, 1): POLLOUT, and when a sleeping writer is woken
+        (sk_stream_write_space): the free space is at least half of what is queued, and the
+        unsent bytes are below half of TCP_NOTSENT_LOWAT."""
         q = self.snd_buf.wmem_queued
-        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1
+        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1 and self.notsent_below_lowat(1)
 
-    def write_space(self) -> None:
-        """Linux sk_stream_write_space(): wake a writer short of send buffer (SOCK_NOSPACE)
-        once the socket is writable again."""
-        if self.sock_nospace and self.writable:
+    def notsent_below_lowat(self, wake: int) -> bool:
+        """Linux tcp_stream_memory_free(): ``(notsent_bytes << wake) < tcp_notsent_lowat()``,
+        in u32 arithmetic; the option, when set, overrides the sysctl (tcp_notsent_lowat())."""
+        lowat = self.notsent_lowat or self.config.notsent_lowat
+        notsent = self.snd_buf.end + 1 - max(self.snd_nxt, self.snd_max)   # write_seq - snd_nxt
+        return notsent <= 0 or ((notsent << wake) & 0xFFFFFFFF) < lowat
+
+    def write_space(self, *, nospace_only: bool = True) -> None:
+        """Linux sk_stream_write_space(): wake the writers once the socket is writable again;
+        after an ACK (tcp_check_space) only when a writer ran short (SOCK_NOSPACE), from a
+        socket option that changes the limits (sk->sk_write_space()) in any case."""
+        if (self.sock_nospace or not nospace_only) and self.writable:
             self.sock_nospace = False
-            self.sk_wakeups += 1
+            self.wake(KEY_WRITABLE)
+
+    def error_queue(self) -> ErrorQueue:
+        """The socket's error queue (zerocopy completions, transmit timestamps), made on first use."""
+        if self.errqueue is None:
+            self.errqueue = ErrorQueue(self)
+        return self.errqueue
+
+    def wake(self, key: int) -> None:
+        """Wake the socket's wait queue: sleeping callers re-check, epoll items see ``key``."""
+        self.sk_wakeups += 1
+        for entry in self.wait_entries:
+            entry(key)
 
     @property
     def is_synchronized(self) -> bool:
@@ -338,7 +365,7 @@ class Connection:
             self.mib["TcpCurrEstab"] += 1
         elif was and not now_in:
             self.mib["TcpCurrEstab"] -= 1
-        self.sk_wakeups += 1             # sk_state_change() wakes every sleeper
+        self.wake(KEY_ANY)               # sk_state_change() wakes every sleeper
         if effects & Effect.OPENED:
             self.mib["TcpActiveOpens" if not self.passive else "TcpPassiveOpens"] += 1
             if not self.sndbuf_locked:
@@ -503,14 +530,21 @@ class Connection:
 
     # ----------------------------------------------------------- user commands
 
-    def send(self, data: Buffer, now: float, *, more: bool = False) -> int:
+    def send(self, data: Buffer, now: float, *, more: bool = False, pinned: bool = False,
+             tstamp: int = 0) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
-        how many bytes were taken, 0 when a new skb is needed and none may be opened."""
+        how many bytes were taken, 0 when a new skb is needed and none may be opened.
+
+        ``pinned`` (MSG_ZEROCOPY): a mutable buffer is kept by reference, not copied; the
+        caller must not change it before its zerocopy completion (:mod:`usertcp.tcp.zerocopy`).
+        ``tstamp`` (SO_TIMESTAMPING): mark the write's last byte for transmit timestamps when
+        this call ends the application's write: 1 if it takes all of ``data``, 2 in any case
+        (a non-blocking write returns what it took)."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        copied = self.tx.write(data, now, more)
+        copied = self.tx.write(data, now, more, pinned, tstamp)
         if copied and self.is_synchronized:
             self.reschedule()      # the stack must learn the retransmission deadline
         return copied
@@ -666,6 +700,8 @@ class Connection:
         if self.closed_by_app and self.rcv_buf.acct is not None:
             self.rcv_buf.acct.used -= len(self.rcv_buf)
             self.rcv_buf.acct = None
+        if self.errqueue is not None:
+            self.errqueue.on_purge()       # tcp_write_queue_purge frees the zerocopy buffers
         self._set_state(State.CLOSED, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF

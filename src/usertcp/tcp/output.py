@@ -478,6 +478,8 @@ class Output:
         end = off + size + (1 if fin else 0)
         if not self.emit(now, off, flags, payload, gso_size=c.mss if size > c.mss else 0):
             return False       # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
+        if c.errqueue is not None and size and off >= c.snd_max:
+            c.errqueue.on_sent(off - 1, off - 1 + size, now)   # transmit timestamps
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off
         rec.rtx.append(SentSegment(off, end, fin, now))
@@ -515,7 +517,7 @@ class Output:
         if c.sndbuf_limit < sndmem:
             c.sndbuf_limit = min(sndmem, c.config.wmem[2])
 
-    def write(self, data: Buffer, now: float, more: bool) -> int:
+    def write(self, data: Buffer, now: float, more: bool, pinned: bool = False, tstamp: int = 0) -> int:
         """Copy ``data`` into the send buffer skb by skb (Linux tcp_sendmsg_locked), pushing
         full skbs as Linux does (forced_push, tcp_push_one) and the rest at the end."""
         c = self.conn
@@ -523,7 +525,7 @@ class Output:
         total = len(data)
         mem = c.stack.mem
         view = data if isinstance(data, memoryview) else memoryview(data)
-        owned = isinstance(data, bytes)
+        owned = pinned or isinstance(data, bytes)   # pinned: MSG_ZEROCOPY, kept until acked
         goal = self.size_goal()
         copied = 0
         while copied < total:
@@ -562,6 +564,8 @@ class Output:
             return 0
         if not more:
             self.push_end = buf.end
+        if c.errqueue is not None and (tstamp > 1 or (tstamp and copied == total)):
+            c.errqueue.mark_write()    # tcp_tx_timestamp(), before the final tcp_push
         if c.is_synchronized:
             # MSG_MORE holds a partial segment for this call's push only (Linux tcp_push with
             # TCP_NAGLE_CORK); a later ACK-clocked transmission sends it as Nagle allows.
