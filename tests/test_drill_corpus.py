@@ -74,14 +74,12 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 31, 'outbound packet differs: flags (expected P., actual .); payl'),
     'gtests/net/tcp/eor/no-coalesce-subsequent.pkt':
         ('failed', 40, 'outbound packet differs: flags (expected P., actual .); payl'),
-    'gtests/net/tcp/epoll/epoll_in_edge.pkt':
-        ('skipped', 19, 'system call epoll_create() not emulated'),
     'gtests/net/tcp/epoll/epoll_out_edge.pkt':
-        ('skipped', 24, 'system call epoll_create() not emulated'),
+        ('failed', 40, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/epoll/epoll_out_edge_default_notsent_lowat.pkt':
-        ('skipped', 25, 'system call epoll_create() not emulated'),
+        ('failed', 41, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/epoll/epoll_out_edge_notsent_lowat.pkt':
-        ('skipped', 24, 'system call epoll_create() not emulated'),
+        ('failed', 40, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/fast_recovery/prr-ss-30pkt-lost-1_4-11_16.pkt':
         ('failed', 41, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/fast_recovery/prr-ss-30pkt-lost1_4.pkt':
@@ -111,7 +109,7 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/tcp/fastopen/client/nonblocking-connect-bypass-errno.pkt':
         ('skipped', 159, 'setsockopt(IPPROTO_TCP, TCP_SYNCNT) not emulated'),
     'gtests/net/tcp/fastopen/client/nonblocking-connect-bypass.pkt':
-        ('skipped', 32, 'system call epoll_create() not emulated'),
+        ('failed', 15, 'outbound packet differs: options (expected <mss 1460,nop,nop'),
     'gtests/net/tcp/fastopen/client/nonblocking-sendmsg-multi-iov.pkt':
         ('failed', 10, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/nonblocking-sendto-empty-buf.pkt':
@@ -174,8 +172,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 28, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/sack/sack-route-refresh-ip-tos.pkt':
         ('failed', 35, 'outbound packet differs: flags (expected P., actual .)'),
-    'gtests/net/tcp/sendfile/sendfile-simple.pkt':
-        ('skipped', 23, 'system call open() not emulated'),
     'gtests/net/tcp/slow_start/slow-start-ack-per-2pkt-send-6pkt.pkt':
         ('failed', 27, 'assertion failed: "assert tcpi_snd_cwnd == 12, \'cwnd=%d\' % t'),
     'gtests/net/tcp/slow_start/slow-start-after-idle.pkt':
@@ -189,7 +185,7 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/tcp/slow_start/slow-start-fq-ack-per-2pkt.pkt':
         ('skipped', 8, "command not modelled: 'tc qdisc replace dev tun0 root fq'"),
     'gtests/net/tcp/splice/tcp_splice_loop_test.pkt':
-        ('skipped', 16, 'system call pipe() not emulated'),
+        ('failed', 19, 'splice() returned 1, expected 0'),
     'gtests/net/tcp/syscall_bad_arg/fastopen-invalid-buf-ptr.pkt':
         ('failed', 11, 'outbound packet differs: options (expected <mss 1460,nop,nop'),
     'gtests/net/tcp/syscall_bad_arg/syscall-invalid-buf-ptr.pkt':
@@ -202,12 +198,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('skipped', 28, 'tcp_info field tcpi_sndbuf_limited not modelled'),
     'gtests/net/tcp/ts_recent/invalid_ack.pkt':
         ('failed', 24, 'outbound packet differs: ack (expected 1001, actual 1); TS e'),
-    'gtests/net/tcp/zerocopy/epoll_edge.pkt':
-        ('skipped', 24, 'system call epoll_create() not emulated'),
-    'gtests/net/tcp/zerocopy/epoll_exclusive.pkt':
-        ('skipped', 25, 'system call epoll_create() not emulated'),
-    'gtests/net/tcp/zerocopy/epoll_oneshot.pkt':
-        ('skipped', 25, 'system call epoll_create() not emulated'),
     'gtests/net/tcp/zerocopy/fastopen-client.pkt':
         ('failed', 16, 'sendto() returned 500, expected -1 EINPROGRESS'),
     'gtests/net/tcp/zerocopy/maxfrags.pkt':
@@ -265,7 +255,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="170/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="180/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

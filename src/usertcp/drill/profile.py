@@ -111,6 +111,8 @@ class Environment:
     stack_getter: Callable[[], Stack | None]
     _nstat_base: dict[str, int] = field(default_factory=dict)
     tx_blocked: bool = False        # TEST_DEVICE's qdisc holds no packet (pfifo limit 0)
+    # The script's scratch file system: what its ``dd``/``rm`` commands made, for open().
+    files: dict[str, bytes] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ entry
 
@@ -150,6 +152,8 @@ class Environment:
         joined = " ".join(words)
         if any(p.match(joined) for p in _HARMLESS):
             return
+        if self._file_command(words):
+            return
         qdisc = _QDISC_SET.match(joined)
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=qdisc.group(2) is not None and int(qdisc.group(2)) == 0)
@@ -159,6 +163,26 @@ class Environment:
             self._set_qdisc(qdisc.group(1), blocked=False)
             return
         raise Unsupported(f"command not modelled: {statement!r}")
+
+    # ------------------------------------------------------------------ files
+
+    def _file_command(self, words: list[str]) -> bool:
+        """``rm -f PATH...`` and ``dd if=/dev/zero of=PATH bs=N count=M``: the scratch files."""
+        name = words[0].rsplit("/", 1)[-1]
+        if name == "rm" and len(words) > 1 and all(w.startswith("-") for w in words[1:2]):
+            for path in words[1:]:
+                if not path.startswith("-"):
+                    self.files.pop(path, None)
+            return True
+        if name == "dd":
+            ops = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            if set(ops) - {"if", "of", "bs", "count", "status"} or ops.get("if") != "/dev/zero" \
+                    or "of" not in ops:
+                return False
+            size = int(ops.get("bs", "512")) * int(ops.get("count", "0"))
+            self.files[ops["of"]] = bytes(size)
+            return True
+        return False
 
     # ------------------------------------------------------------------ link
 

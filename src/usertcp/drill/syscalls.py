@@ -23,8 +23,10 @@ from typing import Any, Protocol
 from usertcp.api.sockopts import Effect, SocketOptions, take_error
 from usertcp.drill.ast import BinOr, Call, EllipsisExpr, Expr, Int, List, String, Struct, Symbol
 from usertcp.drill.defaults import SYMBOLS, UNSUPPORTED_SYMBOLS
+from usertcp.drill.epoll import EpollCalls
 from usertcp.drill.errqueue import SendNotes, recv_errqueue
-from usertcp.drill.profile import Unsupported
+from usertcp.drill.files import FileCalls
+from usertcp.drill.profile import Environment, Unsupported
 from usertcp.tcp import fastopen
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.stack import Listener, Stack
@@ -81,6 +83,18 @@ SUPPORTED_SYSCALLS = frozenset(
         "fcntl",
         "ioctl",
         "poll",
+        # drill/epoll.py
+        "epoll_create",
+        "epoll_create1",
+        "epoll_ctl",
+        "epoll_wait",
+        "epoll_pwait",
+        # drill/files.py
+        "open",
+        "pipe",
+        "pipe2",
+        "sendfile",
+        "splice",
     ]
 )
 
@@ -108,6 +122,7 @@ class Host(Protocol):
     md5_key: bytes | None
     tol_us: int        # the script's timing tolerance (times reported by calls are checked too)
     tol_pct: float
+    env: Environment   # the script's commands (its scratch files)
 
     def now(self) -> float: ...
     def flush(self) -> None: ...
@@ -216,6 +231,9 @@ class Syscalls:
         # Sockets whose script fd a newer socket took (packetdrill maps script fds to live fds
         # and finds the newest first): still open, no longer reachable from the script.
         self.shadowed: list[Sock] = []
+        # Other open files (epoll instances, pipes, regular files): same fd space as sockets.
+        self.files: dict[int, object] = {}
+        self._calls: tuple[object, ...] = (EpollCalls(self), FileCalls(self))
 
     # The stack the host runs; looked up each time (it is created after the init command).
     @property
@@ -224,6 +242,8 @@ class Syscalls:
 
     def start(self, name: str, args: list[Expr]) -> SyscallGen:
         handler: Callable[[list[Expr]], SyscallGen] | None = getattr(self, "sys_" + name, None)
+        for calls in self._calls:
+            handler = handler or getattr(calls, "sys_" + name, None)
         if handler is None:
             raise Unsupported(f"system call {name}() not emulated")
         return handler(args)
@@ -232,8 +252,14 @@ class Syscalls:
         fd = value(expr)
         sock = self.fds.get(fd)
         if sock is None:
-            raise SysError(errno.EBADF)
+            raise SysError(errno.ENOTSOCK if fd in self.files else errno.EBADF)
         return sock
+
+    def new_file(self, obj: object) -> int:
+        """Give a non-socket file the lowest free fd."""
+        fd = self._new_fd()
+        self.files[fd] = obj
+        return fd
 
     def _new_fd(self) -> int:
         hint, self.fd_hint = self.fd_hint, None
@@ -243,7 +269,7 @@ class Syscalls:
                 self.shadowed.append(old)
             return hint
         fd = 3
-        while fd in self.fds:
+        while fd in self.fds or fd in self.files:
             fd += 1
         return fd
 
@@ -390,6 +416,8 @@ class Syscalls:
         sock.options.apply_to_connection(conn)
 
     def sys_close(self, args: list[Expr]) -> SyscallGen:
+        if self.files.pop(value(args[0]), None) is not None:
+            return 0
         sock = self._sock(args[0])
         now = self.host.now()
         del self.fds[sock.fd]
@@ -501,6 +529,10 @@ class Syscalls:
     def sys_write(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
         return (yield from self._send(sock, _buffer(args[1], value(args[2])), 0))
+
+    def send_bytes(self, sock: Sock, data: bytes, flags: int) -> SyscallGen:
+        """A write of ``data`` with send flags (sendfile's path into the socket)."""
+        return (yield from self._send(sock, data, flags))
 
     def sys_send(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
