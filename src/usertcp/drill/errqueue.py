@@ -24,7 +24,7 @@ from usertcp.drill import timing
 from usertcp.drill.ast import EllipsisExpr, Expr, List, Struct
 from usertcp.drill.defaults import SYMBOLS
 from usertcp.tcp.errqueue import SO_EE_ORIGIN_TIMESTAMPING, ExtendedError
-from usertcp.tcp.zerocopy import Zerocopy
+from usertcp.tcp.zerocopy import ZerocopySend
 
 if TYPE_CHECKING:
     from usertcp.drill.syscalls import Host, Sock
@@ -37,33 +37,17 @@ S = SYMBOLS
 class SendNotes:
     """The zerocopy range one send call takes (the timestamp mark is the core's, in the write)."""
 
-    __slots__ = ("extend", "start", "zerocopy")
+    __slots__ = ("send",)
 
     def __init__(self, sock: Sock, flags: int) -> None:
         conn = sock.conn
-        self.zerocopy: Zerocopy | None = None
-        self.start = 0
-        self.extend = False
-        if conn is None:
-            return
-        self.start = conn.snd_buf.end
-        if flags & S["MSG_ZEROCOPY"] and sock.options.zerocopy:
-            queue = conn.error_queue()
-            if queue.zerocopy is None:
-                queue.zerocopy = Zerocopy()
-            self.zerocopy = queue.zerocopy
-            self.extend = self.zerocopy.begin(conn)
+        self.send = ZerocopySend(conn) if conn is not None and flags & S["MSG_ZEROCOPY"] \
+            and sock.options.zerocopy else None
 
     def finish(self, sock: Sock) -> None:
         """The call ends (returned or failed): account for the bytes it queued."""
-        conn = sock.conn
-        if conn is None:
-            return
-        end = conn.snd_buf.end
-        if end <= self.start:
-            return
-        if self.zerocopy is not None:
-            self.zerocopy.record(self.extend, self.start, end)
+        if self.send is not None and sock.conn is not None:
+            self.send.finish(sock.conn)
 
 
 def recv_errqueue(host: Host, sock: Sock, msg: Struct) -> int:

@@ -305,7 +305,11 @@ class Connection:
     @property
     def send_space(self) -> int:
         """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
-        return min(self.snd_buf.room(self.tx.size_goal(), self.sndbuf_limit), self.stack.mem.room())
+        goal = self.tx.size_goal()
+        # tcp_stream_memory_free(): past TCP_NOTSENT_LOWAT only the tail skb may still grow.
+        room = self.snd_buf.room(goal, self.sndbuf_limit) if self.notsent_below_lowat(0) \
+            else self.snd_buf.tail_room(goal)
+        return min(room, self.stack.mem.room())
 
     @property
     def memory_free(self) -> bool:

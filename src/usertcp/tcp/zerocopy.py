@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
     from usertcp.tcp.errqueue import ErrorQueue
 
-__all__ = ["LINKS_COPY_PAYLOAD", "Zerocopy"]
+__all__ = ["LINKS_COPY_PAYLOAD", "Zerocopy", "ZerocopySend"]
 
 # msg_zerocopy_realloc(): a range grows while it holds at most this many bytes and ids.
 ZEROCOPY_BYTE_LIMIT: Final = 1 << 19
@@ -97,3 +97,22 @@ class Zerocopy:
             r = self._ranges.popleft()
             if report:
                 queue.push_zerocopy(r.lo, r.count, LINKS_COPY_PAYLOAD)
+
+
+class ZerocopySend:
+    """One MSG_ZEROCOPY send call on a socket with SO_ZEROCOPY, from start to end (Linux holds
+    one ubuf_info for the whole tcp_sendmsg_locked call, through any waits for space)."""
+
+    __slots__ = ("extend", "start", "zerocopy")
+
+    def __init__(self, conn: Connection) -> None:
+        queue = conn.error_queue()
+        if queue.zerocopy is None:
+            queue.zerocopy = Zerocopy()
+        self.zerocopy = queue.zerocopy
+        self.start = conn.snd_buf.end
+        self.extend = self.zerocopy.begin(conn)
+
+    def finish(self, conn: Connection) -> None:
+        """The call ended (returned or failed): the bytes it queued take their id."""
+        self.zerocopy.record(self.extend, self.start, conn.snd_buf.end)
