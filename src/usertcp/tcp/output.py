@@ -185,6 +185,8 @@ class Output:
         # Only an explicit False is a refusal: a wrapper of output() that drops its result
         # (it returned None before refusals existed) must not read as one.
         ok = c.stack.output(pkt) is not False
+        if c.errqueue is not None and payload and ok:   # transmit timestamps (first or again)
+            c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
         c.segs_out += 1
         c.last_snd_time = now
         mib = c.mib
@@ -478,8 +480,6 @@ class Output:
         end = off + size + (1 if fin else 0)
         if not self.emit(now, off, flags, payload, gso_size=c.mss if size > c.mss else 0):
             return False       # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
-        if c.errqueue is not None and size and off >= c.snd_max:
-            c.errqueue.on_sent(off - 1, off - 1 + size, now)   # transmit timestamps
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off
         rec.rtx.append(SentSegment(off, end, fin, now))

@@ -6,11 +6,12 @@ of the write queue, when the write's end is still unsent; a later write that ext
 moves the mark to its own end). When the segment holding a marked byte leaves, it yields an
 SCM_TSTAMP_SCHED entry (``SOF_TIMESTAMPING_TX_SCHED``: entering the queueing layer) and an
 SCM_TSTAMP_SND entry (``SOF_TIMESTAMPING_TX_SOFTWARE``: the driver sending it; the two are the
-same instant here, no qdisc holds packets); when the byte is acknowledged, an SCM_TSTAMP_ACK
-entry (``SOF_TIMESTAMPING_TX_ACK``). With ``SOF_TIMESTAMPING_OPT_ID`` each entry carries the
-byte's key: its sequence number minus the one at the time the option was set (``sk_tskey``:
-SND.UNA, or the write sequence with ``SOF_TIMESTAMPING_OPT_ID_TCP``). The time is reported
-(SCM_TIMESTAMPING ``ts[0]``) when ``SOF_TIMESTAMPING_SOFTWARE`` is set at read time.
+same instant here, no qdisc holds packets), again on each retransmission of it; when the byte
+is acknowledged, an SCM_TSTAMP_ACK entry (``SOF_TIMESTAMPING_TX_ACK``). With
+``SOF_TIMESTAMPING_OPT_ID`` each entry carries the byte's key: its sequence number minus the
+one at the time the option was set (``sk_tskey``: SND.UNA, or the write sequence with
+``SOF_TIMESTAMPING_OPT_ID_TCP``). The time is reported (SCM_TIMESTAMPING ``ts[0]``) when
+``SOF_TIMESTAMPING_SOFTWARE`` is set at read time.
 """
 
 from __future__ import annotations
@@ -60,13 +61,14 @@ SCM_TSTAMP_ACK: Final = 2
 class TxTimestamps:
     """The SO_TIMESTAMPING state of one socket: its flags, key base and marked bytes."""
 
-    __slots__ = ("_to_ack", "_to_send", "flags", "key_base")
+    __slots__ = ("_sent", "_to_send", "flags", "key_base")
 
     def __init__(self) -> None:
         self.flags = 0
         self.key_base = 0               # sk_tskey, a stream offset (0: the first data byte)
         self._to_send: deque[int] = deque()   # marked bytes not yet transmitted (stream offsets)
-        self._to_ack: deque[tuple[int, int]] = deque()   # (byte, skb length) waiting for the ACK
+        # Marked bytes transmitted, until acknowledged: (byte, skb length, ACK timestamp wanted).
+        self._sent: deque[tuple[int, int, bool]] = deque()
 
     @property
     def report_software(self) -> bool:
@@ -98,22 +100,34 @@ class TxTimestamps:
         return byte - self.key_base if self.flags & SOF_TIMESTAMPING_OPT_ID else 0
 
     def on_sent(self, queue: ErrorQueue, start: int, end: int, now: float) -> None:
+        """Stream bytes [start, end) left: a marked byte among them is timestamped, on its
+        first transmission and on each retransmission (the skb's tx_flags go with every clone;
+        this machine's kernel timestamps a tail loss probe again)."""
+        length = 0 if self.tsonly else end - start
+        for byte, _length, _ack in self._sent:       # retransmitted marks (sorted by byte)
+            if byte >= end:
+                break
+            if byte >= start:
+                self._stamp_tx(queue, byte, now, length)
         pending = self._to_send
         while pending and pending[0] < end:
             byte = pending.popleft()
-            length = 0 if self.tsonly else end - start
-            if self.flags & SOF_TIMESTAMPING_TX_SCHED:      # __dev_queue_xmit
-                queue.push_timestamp(SCM_TSTAMP_SCHED, self._key(byte), now, length)
-            if self.flags & SOF_TIMESTAMPING_TX_SOFTWARE:   # skb_tx_timestamp in the driver
-                queue.push_timestamp(SCM_TSTAMP_SND, self._key(byte), now, length)
-            if self.flags & SOF_TIMESTAMPING_TX_ACK:        # tcb->txstamp_ack
-                self._to_ack.append((byte, length))
+            self._stamp_tx(queue, byte, now, length)
+            self._sent.append((byte, length, bool(self.flags & SOF_TIMESTAMPING_TX_ACK)))
+
+    def _stamp_tx(self, queue: ErrorQueue, byte: int, now: float, length: int) -> None:
+        if self.flags & SOF_TIMESTAMPING_TX_SCHED:      # __dev_queue_xmit
+            queue.push_timestamp(SCM_TSTAMP_SCHED, self._key(byte), now, length)
+        if self.flags & SOF_TIMESTAMPING_TX_SOFTWARE:   # skb_tx_timestamp in the driver
+            queue.push_timestamp(SCM_TSTAMP_SND, self._key(byte), now, length)
 
     def on_acked(self, queue: ErrorQueue, upto: int, now: float) -> None:
-        acked = self._to_ack
-        while acked and acked[0][0] < upto:
-            byte, length = acked.popleft()
-            queue.push_timestamp(SCM_TSTAMP_ACK, self._key(byte), now, length)
+        """tcp_ack_tstamp(): a marked byte is acknowledged (its skb leaves the rtx queue)."""
+        sent = self._sent
+        while sent and sent[0][0] < upto:
+            byte, length, want_ack = sent.popleft()
+            if want_ack:                                   # tcb->txstamp_ack
+                queue.push_timestamp(SCM_TSTAMP_ACK, self._key(byte), now, length)
 
 
 def set_timestamping(conn: Connection | None, state: TxTimestamps, flags: int) -> None:
