@@ -212,7 +212,7 @@ class SocketOptions:
 
     @staticmethod
     def _timestamps(conn: Connection) -> TxTimestamps:
-        queue = conn.error_queue()
+        queue = error_queue(conn)
         if queue.tstamp is None:
             queue.tstamp = TxTimestamps()
         return queue.tstamp

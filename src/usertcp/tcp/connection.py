@@ -59,7 +59,7 @@ from usertcp.tcp.states import (
     transition_effects,
 )
 from usertcp.tcp.timers import Timers
-from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE
+from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE, notsent_below_lowat
 from usertcp.wire.segment import (
     ACK,
     AE,
@@ -307,43 +307,28 @@ class Connection:
         """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
         goal = self.tx.size_goal()
         # tcp_stream_memory_free(): past TCP_NOTSENT_LOWAT only the tail skb may still grow.
-        room = self.snd_buf.room(goal, self.sndbuf_limit) if self.notsent_below_lowat(0) \
+        room = self.snd_buf.room(goal, self.sndbuf_limit) if notsent_below_lowat(self, 0) \
             else self.snd_buf.tail_room(goal)
         return min(room, self.stack.mem.room())
 
     @property
     def memory_free(self) -> bool:
         """Linux sk_stream_memory_free(): a write may open a new skb."""
-        return self.snd_buf.wmem_queued < self.sndbuf_limit and self.notsent_below_lowat(0)
+        return self.snd_buf.wmem_queued < self.sndbuf_limit and notsent_below_lowat(self, 0)
 
     @property
     def writable(self) -> bool:
         """Linux __sk_stream_is_writeable(sk, 1): POLLOUT, and when a sleeping writer is woken
-        (sk_stream_write_space): the free space is at least half of what is queued, and the
-        unsent bytes are below half of TCP_NOTSENT_LOWAT."""
+        (sk_stream_write_space): free space >= half of what is queued, unsent < lowat / 2."""
         q = self.snd_buf.wmem_queued
-        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1 and self.notsent_below_lowat(1)
-
-    def notsent_below_lowat(self, wake: int) -> bool:
-        """Linux tcp_stream_memory_free(): ``(notsent_bytes << wake) < tcp_notsent_lowat()``,
-        in u32 arithmetic; the option, when set, overrides the sysctl (tcp_notsent_lowat())."""
-        lowat = self.notsent_lowat or self.config.notsent_lowat
-        notsent = self.snd_buf.end + 1 - max(self.snd_nxt, self.snd_max)   # write_seq - snd_nxt
-        return notsent <= 0 or ((notsent << wake) & 0xFFFFFFFF) < lowat
+        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1 and notsent_below_lowat(self, 1)
 
     def write_space(self, *, nospace_only: bool = True) -> None:
-        """Linux sk_stream_write_space(): wake the writers once the socket is writable again;
-        after an ACK (tcp_check_space) only when a writer ran short (SOCK_NOSPACE), from a
-        socket option that changes the limits (sk->sk_write_space()) in any case."""
+        """Linux sk_stream_write_space(): wake writers once writable; after an ACK
+        (tcp_check_space) only if one ran short (SOCK_NOSPACE), from a socket option always."""
         if (self.sock_nospace or not nospace_only) and self.writable:
             self.sock_nospace = False
             self.wake(KEY_WRITABLE)
-
-    def error_queue(self) -> ErrorQueue:
-        """The socket's error queue (zerocopy completions, transmit timestamps), made on first use."""
-        if self.errqueue is None:
-            self.errqueue = ErrorQueue(self)
-        return self.errqueue
 
     def wake(self, key: int) -> None:
         """Wake the socket's wait queue: sleeping callers re-check, epoll items see ``key``."""
@@ -538,12 +523,8 @@ class Connection:
              tstamp: int = 0) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
         how many bytes were taken, 0 when a new skb is needed and none may be opened.
-
-        ``pinned`` (MSG_ZEROCOPY): a mutable buffer is kept by reference, not copied; the
-        caller must not change it before its zerocopy completion (:mod:`usertcp.tcp.zerocopy`).
-        ``tstamp`` (SO_TIMESTAMPING): mark the write's last byte for transmit timestamps when
-        this call ends the application's write: 1 if it takes all of ``data``, 2 in any case
-        (a non-blocking write returns what it took)."""
+        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion;
+        ``tstamp`` marks the write's end for SO_TIMESTAMPING (Output.write)."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:

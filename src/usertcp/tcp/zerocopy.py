@@ -106,7 +106,7 @@ class ZerocopySend:
     __slots__ = ("extend", "start", "zerocopy")
 
     def __init__(self, conn: Connection) -> None:
-        queue = conn.error_queue()
+        queue = error_queue(conn)
         if queue.zerocopy is None:
             queue.zerocopy = Zerocopy()
         self.zerocopy = queue.zerocopy
