@@ -212,7 +212,7 @@ class SocketOptions:
 
     @staticmethod
     def _timestamps(conn: Connection) -> TxTimestamps:
-        queue = error_queue(conn)
+        queue = conn.error_queue()
         if queue.tstamp is None:
             queue.tstamp = TxTimestamps()
         return queue.tstamp

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SO_EE_CODE_ZEROCOPY_COPIED",
-    "error_queue",
     "SO_EE_ORIGIN_TIMESTAMPING",
     "SO_EE_ORIGIN_ZEROCOPY",
     "ErrorQueue",
@@ -39,13 +38,6 @@ SO_EE_ORIGIN_TIMESTAMPING: Final = 4
 SO_EE_ORIGIN_ZEROCOPY: Final = 5
 SO_EE_CODE_ZEROCOPY_COPIED: Final = 1
 _U32: Final = 1 << 32
-
-
-def error_queue(conn: Connection) -> ErrorQueue:
-    """The connection's error queue, made on first use (zerocopy sends, timestamping)."""
-    if conn.errqueue is None:
-        conn.errqueue = ErrorQueue(conn)
-    return conn.errqueue
 
 
 class ExtendedError:

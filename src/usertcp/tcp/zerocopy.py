@@ -106,7 +106,7 @@ class ZerocopySend:
     __slots__ = ("extend", "start", "zerocopy")
 
     def __init__(self, conn: Connection) -> None:
-        queue = error_queue(conn)
+        queue = conn.error_queue()
         if queue.zerocopy is None:
             queue.zerocopy = Zerocopy()
         self.zerocopy = queue.zerocopy
