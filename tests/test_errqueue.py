@@ -11,6 +11,7 @@ the errnos of SO_ZEROCOPY / SO_TIMESTAMPING / TCP_NOTSENT_LOWAT).
 from __future__ import annotations
 
 import errno
+import itertools
 import struct
 from dataclasses import dataclass
 
@@ -234,3 +235,25 @@ def test_error_queue_merges_only_consecutive_zerocopy_ranges() -> None:
     assert got == [(SO_EE_ORIGIN_ZEROCOPY, 0, 2), (SO_EE_ORIGIN_ZEROCOPY, 5, 5), (4, SCM_TSTAMP_SND, 7),
                    (SO_EE_ORIGIN_ZEROCOPY, 6, 6)]
     assert len(wakes) == 5 and all(k == 8 for k in wakes)     # each one an EPOLLERR wake-up
+
+
+def test_sendall_zerocopy_takes_ids_for_what_it_queued(pair: Pair) -> None:
+    cli = pair.client
+    cli.setsockopt(us.SOL_SOCKET, us.SO_ZEROCOPY, 1)
+    cli.sendall(bytearray(300000), us.MSG_ZEROCOPY)     # waits for space: several sends
+    _drain(pair.server, 300000)
+    _settle(pair)
+    conn = cli.connection
+    assert conn is not None and conn.errqueue is not None and conn.errqueue.zerocopy is not None
+    taken = conn.errqueue.zerocopy.next_id
+    assert taken >= 2                                   # more than one send() call queued bytes
+    ranges = []
+    while True:
+        try:
+            ee = parse_extended_err(_errqueue(cli)[0][2])
+        except BlockingIOError:
+            break
+        ranges.append((ee.ee_info, ee.ee_data))
+    # Every id completed once, in order (merged where consecutive: here into one range).
+    assert ranges[0][0] == 0 and ranges[-1][1] == taken - 1
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))

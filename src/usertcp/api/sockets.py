@@ -158,6 +158,7 @@ class Socket(SocketCore):
         if flags & ~(_SEND_FLAGS & ~(MSG_PRELOAD | MSG_FASTOPEN)):
             raise os_error(errno.EOPNOTSUPP, f"unsupported sendall flags {flags:#x}")
         more = bool(flags & MSG_MORE)
+        zerocopy = bool(flags & MSG_ZEROCOPY) and self.options.zerocopy
         total = len(view)
         sent = 0
         whole = data if isinstance(data, bytes) else None
@@ -170,7 +171,10 @@ class Socket(SocketCore):
                     return _BLOCK
                 # A whole bytes object goes by reference; the core copies any other buffer.
                 chunk: Any = whole if sent == 0 and whole is not None else view[sent:]
-                sent += conn.send(chunk, now, more=more, tstamp=1)
+                zc = ZerocopySend(conn) if zerocopy else None     # one send() per chunk
+                sent += conn.send(chunk, now, more=more, pinned=zerocopy, tstamp=1)
+                if zc is not None:
+                    zc.finish(conn)
                 self._kick()
             return None
 
