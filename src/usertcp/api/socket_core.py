@@ -195,7 +195,9 @@ class SocketCore:
             return True            # recv fails at once with ENOTCONN / reads EOF
         if conn.state in CONNECTING or conn.collector is not None:
             return False           # a collected socket's bytes belong to the object ring (EBUSY)
-        return conn.readable_bytes > 0 or eof_or_error(conn)
+        # tcp_poll: a queued zerocopy completion or timestamp is EPOLLERR, which select() and
+        # poll() readers see as readable (recvmsg(MSG_ERRQUEUE) reads it).
+        return conn.readable_bytes > 0 or eof_or_error(conn) or bool(conn.errqueue)
 
     def poll_writable(self, *, waiting: bool = True) -> bool:
         """send would not block (a failed or finished connect included); EBADF once closed.

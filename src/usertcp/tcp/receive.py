@@ -18,6 +18,7 @@ from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
+from usertcp.tcp.wakeup import KEY_READABLE
 from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, SYN, Segment
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class Receive:
         elif plen or immediate:
             self.schedule_ack(now, immediate=immediate, length=plen)
         if fin or plen:
-            c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
+            c.wake(KEY_READABLE)  # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
             notify(c, c.on_readable)
 
@@ -261,7 +262,7 @@ class Receive:
         c.rcv_nxt = seg_off + plen
         c.bytes_received += plen
         self.schedule_ack(now, length=plen)
-        c.sk_wakeups += 1             # sk_data_ready()
+        c.wake(KEY_READABLE)          # sk_data_ready()
         if c.on_readable is not None:
             notify(c, c.on_readable)
         # output() has work only for these conditions; otherwise it would change nothing.

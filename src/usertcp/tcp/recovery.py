@@ -606,6 +606,8 @@ class Recovery:
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
             c.snd_buf.release(data_end)
+        if c.errqueue is not None:
+            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.snd_una = ack_off
         if c.snd_nxt < ack_off:
             c.snd_nxt = ack_off
