@@ -272,28 +272,39 @@ class Stack:
         # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
         if ts_val >= 0 and (ts_val - conn.ts_recent) & 0x80000000:
             return False
-        mib = self.counters.table
         una = (conn.iss + conn.snd_una) & 0xFFFFFFFF
+        adv = (ack - una) & 0xFFFFFFFF
+        if adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
+            return False                 # an old ACK or one beyond SND.NXT: the slow path decides
         plen = tot - start
-        if not plen:
-            adv = (ack - una) & 0xFFFFFFFF
-            if adv == 0 or adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
-                return False
-            mib["TcpInSegs"] += 1
-            mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-            mib["TcpExtTCPHPAcks"] += 1
-            conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
-            return True
-        if ack != una or plen > conn.rcv_adv - conn.rcv_nxt:
-            return False
-        mem = self.mem
-        if mem.limit and mem.used + plen > mem.limit:
+        if plen and (plen > conn.rcv_adv - conn.rcv_nxt
+                     or (self.mem.limit and self.mem.used + plen > self.mem.limit)):
             return False                 # the slow path drops and counts it
-        mib["TcpInSegs"] += 1
-        mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-        mib["TcpExtTCPHPHits"] += 1
-        conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+        self._fast_dispatch(conn, mv, start, tot, adv, ts_val, ts_ecr, tos, ip_len == 20, now)
         return True
+
+    def _fast_dispatch(self, conn: Connection, mv: memoryview, start: int, tot: int, adv: int,
+                       ts_val: int, ts_ecr: int, tos: int, v4: bool, now: float) -> None:
+        """Linux tcp_rcv_established's fast path takes every predicted segment with
+        SND.UNA <= SEG.ACK <= SND.NXT: pure ACKs (advancing or duplicate) and in-order data
+        (with or without an advancing ACK). The plain cases run the specialised routines; a
+        duplicate ACK, or any segment while recovery or SACK state is held, gets the full
+        ACK processing (``Receive.predicted``), as Linux's fast path calls tcp_ack."""
+        mib = self.counters.table
+        mib["TcpInSegs"] += 1
+        mib[(_ECN_MIB4 if v4 else _ECN_MIB6)[tos & 3]] += 1
+        if adv:
+            mib["TcpExtTCPHPAcks"] += 1  # tcp_ack's fast branch (with FLAG_DATA for data too)
+        if tot > start:
+            mib["TcpExtTCPHPHits"] += 1
+        if not (adv or tot > start) or not conn.recovery.ack_state_plain:
+            conn.rx.predicted(parse_packet(mv, verify_checksum=False), now)
+        elif tot == start:
+            conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
+        elif adv:
+            conn.rx.fast_data_ack(conn.snd_una + adv, mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+        else:
+            conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
 
     def datagrams_to_send(self) -> list[TxPacket]:
         out = self._out
