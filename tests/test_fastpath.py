@@ -265,3 +265,17 @@ def test_differential_adversarial_new_cases(which: str, mutations: list[tuple[in
         i = index % len(events)
         events[i:i + 1] = _mutate(events[i], how, value)
     assert_same(trace, events)
+
+
+def test_bench_fastpath_covers_the_six_workloads() -> None:
+    """bench fastpath measures bulk data, ACKs and request/response on both sides, plain and
+    MD5, each replayed through the fast path (nearly every segment predicted)."""
+    from usertcp.bench.fastpath import run
+    out = run(size=60_000, repeat=1, transactions=30)
+    names = {"data", "acks", "active_data", "active_acks", "rr", "rr_active"}
+    for label in ("plain", "md5"):
+        assert set(out[label]) == names
+        for name in ("data", "active_data", "rr", "rr_active"):
+            assert out[label][name]["fast_path_share"] > 0.9, (label, name, out[label][name])
+            assert out[label][name]["fast_us"] > 0 and out[label][name]["slow_us"] > 0
+    assert out["plain"]["rr"]["fast_us_per_transaction"] > 0
