@@ -110,7 +110,10 @@ def test_set_preload_limits_and_clear() -> None:
     with pytest.raises(OSError) as e:
         lst.set_preload(b"x" * (PRELOAD_MAX + 1), 0.0)
     assert e.value.errno == errno.EMSGSIZE
-    assert len(lst.preload) == PRELOAD_MAX            # the failed call changed nothing
+    with pytest.raises(OSError) as e:
+        lst.append_preload(b"y", 0.0)                 # the limit is on the total
+    assert e.value.errno == errno.EMSGSIZE
+    assert lst.preload == b"x" * PRELOAD_MAX          # the failed calls changed nothing
     lst.set_preload(b"", 0.0)
     assert lst.preload == b""
     peer = Peer(st)
@@ -122,6 +125,38 @@ def test_set_preload_limits_and_clear() -> None:
     with pytest.raises(OSError) as e:
         lst.set_preload(b"late", 0.0)
     assert e.value.errno == errno.EPIPE
+    with pytest.raises(OSError) as e:
+        lst.append_preload(b"late", 0.0)
+    assert e.value.errno == errno.EPIPE
+
+
+def test_successive_preload_writes_append() -> None:
+    """Patch 1 fills the tail of the listener's write queue: writes append, in order;
+    setsockopt(TCP_PRELOAD) is the way to replace it."""
+    from usertcp import socket as us
+    from usertcp.net.driver import VirtualTimeDriver
+    from usertcp.net.memnet import Network
+
+    net = Network(seed=1)
+    sa, sb = Stack(["10.0.0.1"]), Stack([SERVER])
+    net.connect(net.add_host(sa, ["10.0.0.1"]), net.add_host(sb, [SERVER]))
+    drv = VirtualTimeDriver(net)
+    srv = us.create_server((SERVER, 25), host=us.Host(sb, drv))
+    assert srv.send(b"220-first line\r\n", us.MSG_PRELOAD) == 16
+    assert srv.send(b"", us.MSG_PRELOAD) == 0        # nothing appended
+    assert srv.send(b"220 second line\r\n", us.MSG_PRELOAD) == 17
+    c = us.Host(sa, drv).socket()
+    c.settimeout(5)
+    c.connect((SERVER, 25))
+    got = b""
+    while len(got) < 33:
+        got += c.recv(100)
+    assert got == b"220-first line\r\n220 second line\r\n"
+    srv.setsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD, b"221 replaced\r\n")
+    c2 = us.Host(sa, drv).socket()
+    c2.settimeout(5)
+    c2.connect((SERVER, 25))
+    assert c2.recv(100) == b"221 replaced\r\n"
 
 
 # ------------------------------------------------------- scenario 1: no TFO

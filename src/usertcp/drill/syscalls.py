@@ -419,13 +419,13 @@ class Syscalls:
 
     def _send(self, sock: Sock, data: bytes, flags: int, fast_open: bool = False) -> SyscallGen:
         if flags & S["MSG_PRELOAD"]:
-            # Listener preload: the data goes out on every later passive connection, sent by
-            # the stack itself (after the 3rd ACK, or in a fast-open SYN-ACK).
+            # Listener preload: appended to what goes out on every later passive connection,
+            # sent by the stack itself (after the 3rd ACK, or in a fast-open SYN-ACK).
             lst = sock.listener
             if lst is None or lst.closed:
                 raise SysError(errno.EINVAL)
             try:
-                lst.set_preload(data, self.host.now())
+                lst.append_preload(data, self.host.now())
             except OSError as exc:
                 raise SysError(exc.errno or errno.EINVAL) from exc
             return len(data)

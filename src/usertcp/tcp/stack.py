@@ -63,7 +63,7 @@ class Listener:
         self.fastopen_key: bytes | None = None          # TCP_FASTOPEN_KEY (None: the sysctl key)
         self.fastopen_backup_key: bytes | None = None
         self.tfo_children: set[Connection] = set()      # TFO children, accepted before the 3rd ACK
-        self.preload: bytes = b""         # MSG_PRELOAD: sent on every connection accepted from now on
+        self.preload: bytes = b""         # MSG_PRELOAD: sent on every later passive connection
         self.options: dict[str, Any] = {}  # socket options inherited by children
         self.on_accept_ready: Callable[[Listener], None] | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG on the listening socket
@@ -82,17 +82,32 @@ class Listener:
 
     # ---------------------------------------------------------- preload / TFO
 
-    def set_preload(self, data: bytes, now: float) -> int:
-        """send(MSG_PRELOAD): data sent on every connection whose SYN arrives from now on.
+    def append_preload(self, data: bytes, now: float) -> int:
+        """send(MSG_PRELOAD): append to the data sent on every later passive connection.
 
-        At most ``fastopen.PRELOAD_MAX`` (64 KiB) bytes, else EMSGSIZE; empty clears it.
-        Connections already in the handshake keep the snapshot taken at their SYN.
+        As the patch series (patch 1 fills the tail of the listener's write queue), successive
+        writes append. At most ``fastopen.PRELOAD_MAX`` (64 KiB) in all, else EMSGSIZE and
+        nothing is appended. Which connections see it: the snapshot rule in ``fastopen``.
+        """
+        if self.closed:
+            raise OSError(errno.EPIPE, "listener closed")
+        if not data:
+            return 0                      # Linux tcp_sendmsg: a zero-length write does nothing
+        if len(self.preload) + len(data) > fastopen.PRELOAD_MAX:
+            raise OSError(errno.EMSGSIZE, f"preload is limited to {fastopen.PRELOAD_MAX} bytes")
+        self.set_preload(self.preload + bytes(data), now)
+        return len(data)
+
+    def set_preload(self, data: bytes, now: float) -> int:
+        """Replace the preload at once (setsockopt TCP_PRELOAD, a usertcp extension); empty
+        clears it. At most ``fastopen.PRELOAD_MAX`` (64 KiB) bytes, else EMSGSIZE.
+        Connections that already took their snapshot keep it.
         """
         if self.closed:
             raise OSError(errno.EPIPE, "listener closed")
         if len(data) > fastopen.PRELOAD_MAX:
             raise OSError(errno.EMSGSIZE, f"preload is limited to {fastopen.PRELOAD_MAX} bytes")
-        self.preload = bytes(data)        # immutable: children share it by reference
+        self.preload = bytes(data)        # a new immutable object: snapshots share it by reference
         if data:
             fastopen.install(self.stack)
         return len(data)
