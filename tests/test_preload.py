@@ -422,7 +422,7 @@ def test_tfo_rst_in_syn_received_reports_reset_on_accept() -> None:
 def test_benchmark_measures_the_latency_table() -> None:
     from usertcp.bench.preload import run
 
-    res = run(conns=3)
+    res = run(conns=3, tun=False)
     assert res["accept_send"]["banner_rtts"] == pytest.approx(2.0)
     assert res["preload"]["banner_rtts"] == pytest.approx(2.0)
     assert res["preload_tfo"]["banner_rtts"] == pytest.approx(1.0)
@@ -432,3 +432,31 @@ def test_benchmark_measures_the_latency_table() -> None:
     assert res["preload_tfo"]["wakeups_before_banner"] == 0
     assert res["preload_tfo"]["tfo_passive"] == 3
     assert all(v > 0 for v in res["conns_per_s"].values())
+    assert all(res[name]["server_wall_us_per_conn"] > 0 for name in ("accept_send", "preload", "preload_tfo"))
+    assert res["tun"] == {"skipped": "tun=False"}
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_tun_table_with_the_kernel_as_client() -> None:
+    """The design's latency table over TUN: this kernel's SMTP client against usertcp serve,
+    with and without Fast Open, with where the time goes, and the kernel-only reference
+    rows. Only what the run must show is checked, never timings."""
+    from netns_helpers import require_netns
+
+    require_netns()
+    from usertcp.bench.preload import TUN_SCENARIOS, tun_table
+
+    res = tun_table(conns=2)
+    for name, _args, tfo in TUN_SCENARIOS:
+        fig = res[name]
+        assert fig["syn_to_first_client_data_us"]["n"] == 2, fig     # both measured connections
+        assert fig["kernel_side_syn_to_first_client_data_us"]["n"] == 2, fig   # tcpdump saw them too
+        assert fig["tun_hops"]["matched_packets"] > 0, fig
+        assert fig["tfo_passive"] == (2 if tfo else 0)               # the kernel used its cookie
+    # Fast Open with a preload: the banner rides in the SYN-ACK, one server segment fewer.
+    stages = res["preload_tfo"]["stages_median_us"]
+    assert stages["syn_to_banner"] == stages["syn_to_synack"]
+    assert res["preload_tfo"]["server_segs_out_per_conn"] < res["preload"]["server_segs_out_per_conn"]
+    for ref in ("kernel_accept_send", "kernel_accept_fork_send"):
+        assert res[ref]["syn_to_first_client_data_us"]["n"] == 2, res[ref]

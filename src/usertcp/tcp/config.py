@@ -57,6 +57,9 @@ class StackConfig:
     fastopen: int = TFO_CLIENT_ENABLE     # tcp_fastopen bit mask
     fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
     fastopen_backup_key: bytes | None = None
+    # usertcp option, off as in the MSG_PRELOAD patches (tcp_rtx_synack: TCP_SYNACK_NORMAL):
+    # True resends a Fast Open child's preload in every retransmitted SYN-ACK.
+    preload_synack_rtx_data: bool = False
     syncookies: int = 1                   # tcp_syncookies
     max_syn_backlog: int = 4096           # tcp_max_syn_backlog
     somaxconn: int = 4096
