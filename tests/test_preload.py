@@ -378,6 +378,21 @@ def test_tfo_synack_lost_retransmitted_without_data() -> None:
     assert child(st, peer).state is State.ESTABLISHED
 
 
+def test_tfo_synack_rtx_without_data_keeps_karn() -> None:
+    """The first SYN-ACK (with the preload) arrives, the client's ACK is lost, and after the
+    data-less retransmitted SYN-ACK the ACK of the data is ambiguous: no RTT sample from it
+    (RFC 6298 §3, Karn; Linux tcp_synack_rtt_meas skips a retransmitted SYN-ACK too)."""
+    st, _lst = tfo_server()
+    peer = Peer(st)
+    tfo_open(st, peer)                                 # delivered; the client's ACK is "lost"
+    peer.run_to(1.01)
+    assert len(peer.synack().payload) == 0
+    peer.ack(1 + len(BANNER))
+    conn = child(st, peer)
+    assert conn.state is State.ESTABLISHED and conn.snd_una == 1 + len(BANNER)
+    assert conn.rtt.srtt is None, conn.rtt.srtt        # not the 1 s the RTO took
+
+
 def test_tfo_synack_rtx_data_option() -> None:
     """The usertcp option: every retransmitted SYN-ACK carries the preload again."""
     cfg = StackConfig(fastopen=0x3, fastopen_key=KEY, random_ts_offset=False, preload_synack_rtx_data=True)

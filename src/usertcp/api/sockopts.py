@@ -344,7 +344,8 @@ class SocketOptions:
     @staticmethod
     def _replace_preload(data: bytes, listener: Listener | None) -> None:
         """TCP_PRELOAD (usertcp only): replace a listener's preload in one step, empty clears
-        it; MSG_PRELOAD writes append (docs/preload.md says why both exist)."""
+        it; MSG_PRELOAD writes append (docs/differences-from-linux-patches.md says why
+        both exist)."""
         if listener is None or listener.closed:
             raise os_error(errno.EINVAL, "TCP_PRELOAD needs a listening socket")
         try:
