@@ -7,6 +7,7 @@ what the stack sends back, so every test checks exact sequence numbers and conte
 from __future__ import annotations
 
 import errno
+import shutil
 
 import pytest
 
@@ -518,6 +519,8 @@ def test_tun_table_with_the_kernel_as_client() -> None:
     from netns_helpers import require_netns
 
     require_netns()
+    if shutil.which("tcpdump") is None:
+        pytest.skip("tcpdump not installed (make system-deps)")
     from usertcp.bench.preload import TUN_SCENARIOS, tun_table
 
     res = tun_table(conns=2)
