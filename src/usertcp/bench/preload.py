@@ -528,11 +528,11 @@ def _kernel_reference(d: str, conns: int, fork: bool) -> dict[str, Any]:
 def _tun_scenario(d: str, name: str, args: tuple[str, ...], tfo: bool, conns: int) -> dict[str, Any]:
     """One ``usertcp serve --app smtp`` in a fresh namespace, the kernel as its client; both
     sides of the TUN device are captured (usertcp's ``--pcap`` and tcpdump)."""
-    from usertcp.bench.tun import DEV, US, _Serve  # the serve-subprocess helper of bench tun
+    from usertcp.bench.tun import DEV, US, ServeProcess  # the serve-subprocess helper of bench tun
 
     pcap, kpcap, stats = (os.path.join(d, f"{name}{ext}") for ext in (".pcap", ".kernel.pcap", ".json"))
     with netns.namespace("utcpl") as ns:
-        srv = _Serve(ns, "--app", "smtp", "--pcap", pcap, "--stats-file", stats, *args)
+        srv = ServeProcess(ns, "--app", "smtp", "--pcap", pcap, "--stats-file", stats, *args)
         cap = None
         try:
             cap = _Capture(ns, DEV, kpcap)

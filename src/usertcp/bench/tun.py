@@ -42,7 +42,7 @@ VETH_A, VETH_B = "10.77.1.1", "10.77.1.2"
 MB = 1_000_000
 
 
-class _Serve:
+class ServeProcess:
     """``usertcp serve`` in namespace ``ns`` until :meth:`stop` (SIGTERM)."""
 
     def __init__(self, ns: str, *args: str, timeout: float = 30.0) -> None:
@@ -149,7 +149,7 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
         args += ["--profile", str(prof)]
     with netns.namespace("utcpb") as ns:
         if direction == "rx":
-            srv = _Serve(ns, "--app", "discard", *args)
+            srv = ServeProcess(ns, "--app", "discard", *args)
             try:
                 if flows == 1:
                     dt = netns.call_in_namespace(ns, _send, US, 9, size)
@@ -160,7 +160,7 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
             reps = [json.loads(line) for line in report.read_text().splitlines()]
             ok = len(reps) == flows and all(r["rx_sha256"] == pattern_sha256(size) for r in reps)
         else:
-            srv = _Serve(ns, "--app", "source", "--bytes", str(size), *args)
+            srv = ServeProcess(ns, "--app", "source", "--bytes", str(size), *args)
             try:
                 n, digest, dt = netns.call_in_namespace(ns, _recv, US, 19)
             finally:
