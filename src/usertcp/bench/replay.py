@@ -215,8 +215,9 @@ def replay(trace: Trace, *, header_prediction: bool, md5_fast_path: bool = True,
         lst = stack.listen(PORT + 1)     # never used: keeps the loop below uniform
         conn = stack.create_connection(SERVER, PORT)
         if trace.md5_key is not None:
-            conn.md5_keys = Md5Keys()
-            conn.md5_keys.add(SERVER, trace.md5_key)
+            keys = Md5Keys()
+            keys.add(SERVER, trace.md5_key)
+            conn.inherit({}, keys)       # the public way in: the key list and its key for the peer
         stack.connect(conn, 0.0)
         for p in stack.datagrams_to_send():
             if keep_output:
