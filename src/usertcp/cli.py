@@ -70,6 +70,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "fastpath": ("usertcp.bench.fastpath",
                  "receive cost per segment with header prediction on and off: bulk, ACKs, "
                  "request/response, passive and active side, plain and TCP-MD5 (-o instructions=True)"),
+    "dctcp": ("usertcp.bench.dctcp",
+              "bottleneck queue delay and utilisation: DCTCP (step, ramp marking) vs CUBIC (ECN, tail drop)"),
     "apps": ("usertcp.bench.apps",
              "uvicorn requests/s on usertcp over TUN vs the kernel (wrk); SMTP setup rate, preload or not"),
 }
