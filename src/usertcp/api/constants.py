@@ -82,6 +82,7 @@ __all__ = [
     "TCP_MD5SIG_EXT",
     "TCP_NODELAY",
     "TCP_NOTSENT_LOWAT",
+    "TCP_PRELOAD",
     "TCP_USER_TIMEOUT",
     "AddressFamily",
     "SocketKind",
@@ -148,6 +149,7 @@ TCP_FASTOPEN_KEY: Final = 33
 TCP_FASTOPEN_NO_COOKIE: Final = 34
 TCP_MD5SIG_EXT: Final = 32
 TCP_INQ: Final = 36
+TCP_PRELOAD: Final = usertcp.TCP_PRELOAD   # usertcp only: replace/clear/read a listener's preload
 TCP_CM_INQ: Final = TCP_INQ      # the cmsg type TCP_INQ adds to recvmsg
 # IP-level options TCP honours (Linux values): path-MTU discovery mode, hard ICMP errors, MTU.
 IP_TOS: Final = 1

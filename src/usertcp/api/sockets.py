@@ -160,9 +160,12 @@ class Socket(SocketCore):
             lst = self._listener
             if lst is None or lst.closed:
                 raise os_error(errno.EINVAL, "MSG_PRELOAD needs a listening socket")
-            lst.set_preload(bytes(view), self._host.driver.now())
+            try:
+                n = lst.append_preload(bytes(view), self._host.driver.now())   # patch 1: appends
+            except OSError as exc:
+                raise os_error(exc.errno or errno.EINVAL, str(exc)) from None
         self._kick()
-        return len(view)
+        return n
 
     def _send_some(self, data: Any, view: memoryview, flags: int) -> int:
         more = bool(flags & MSG_MORE)

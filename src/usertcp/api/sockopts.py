@@ -66,6 +66,7 @@ from usertcp.api.constants import (
     TCP_MD5SIG_EXT,
     TCP_NODELAY,
     TCP_NOTSENT_LOWAT,
+    TCP_PRELOAD,
     TCP_USER_TIMEOUT,
     os_error,
 )
@@ -326,6 +327,9 @@ class SocketOptions:
             addr, prefixlen, key = parse_tcp_md5sig(raw, ext=optname == TCP_MD5SIG_EXT)
             self.set_md5_key(addr, key, prefixlen, conn=conn, listener=listener)
             return Effect.NONE
+        if optname == TCP_PRELOAD:
+            self._replace_preload(bytes(as_bytes_view(value)), listener)
+            return Effect.NONE
         if optname == TCP_FASTOPEN_KEY:
             key = bytes(as_bytes_view(value))
             if len(key) not in (16, 32):
@@ -393,6 +397,18 @@ class SocketOptions:
         else:
             raise os_error(errno.ENOPROTOOPT, f"IPPROTO_TCP option {optname} not supported")
         return Effect.NONE
+
+    @staticmethod
+    def _replace_preload(data: bytes, listener: Listener | None) -> None:
+        """TCP_PRELOAD (usertcp only): replace a listener's preload in one step, empty clears
+        it; MSG_PRELOAD writes append (docs/differences-from-linux-patches.md says why
+        both exist)."""
+        if listener is None or listener.closed:
+            raise os_error(errno.EINVAL, "TCP_PRELOAD needs a listening socket")
+        try:
+            listener.set_preload(data, listener.stack.now)
+        except OSError as exc:
+            raise os_error(exc.errno or errno.EINVAL, str(exc)) from None
 
     def set_md5_key(self, addr: str | bytes, key: bytes, prefixlen: int | None, *,
                     conn: Connection | None, listener: Listener | None) -> None:

@@ -509,15 +509,15 @@ class Syscalls:
 
     def _send_data(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None) -> SyscallGen:
         if flags & S["MSG_PRELOAD"]:
-            # Listener preload: the data goes out on every later passive connection, sent by
-            # the stack itself (after the 3rd ACK, or in a fast-open SYN-ACK).
+            # Listener preload: appended to what goes out on every later passive connection,
+            # sent by the stack itself (after the 3rd ACK, or in a fast-open SYN-ACK).
             lst = sock.listener
             if lst is None or lst.closed:
                 raise SysError(errno.EINVAL)
             if data is None:
                 raise SysError(errno.EFAULT)
             try:
-                lst.set_preload(data, self.host.now())
+                lst.append_preload(data, self.host.now())
             except OSError as exc:
                 raise SysError(exc.errno or errno.EINVAL) from exc
             return len(data)

@@ -62,6 +62,9 @@ class StackConfig:
     fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
     fastopen_backup_key: bytes | None = None
     fastopen_blackhole_timeout: float = 0.0  # tcp_fastopen_blackhole_timeout_sec (0: off, 5.14+)
+    # usertcp option, off as in the MSG_PRELOAD patches (tcp_rtx_synack: TCP_SYNACK_NORMAL):
+    # True resends a Fast Open child's preload in every retransmitted SYN-ACK.
+    preload_synack_rtx_data: bool = False
     syncookies: int = 1                   # tcp_syncookies
     max_syn_backlog: int = 4096           # tcp_max_syn_backlog
     somaxconn: int = 4096

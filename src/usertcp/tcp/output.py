@@ -296,8 +296,9 @@ class Output:
             tm.rto_deadline = now + c.rtt.timeout
         if payload and not rec.rtx:
             rec.rtx.append(SentSegment(1, end, False, now))
-        elif payload and rec.rtx[0].start == 1:
-            # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
+        elif rec.rtx and rec.rtx[0].start == 1 and (payload or c.state is State.SYN_RECEIVED):
+            # A retransmitted SYN-ACK, with its data or without it (tcp_rtx_synack): an ACK of
+            # the data is ambiguous now, Karn's rule must see it (RFC 6298 §3).
             rec.rtx[0].tx_count += 1
             rec.rtx[0].tx_time = now
             rec.rtx.sent_again(rec.rtx[0])
