@@ -154,15 +154,13 @@ def test_backlog_is_qlen_without_setsockopt() -> None:
     assert peer.synack().ack == peer.isn + 4
 
 
-def test_syn_fin_with_data() -> None:
+def test_syn_fin_with_data_is_discarded() -> None:
+    # Linux tcp_rcv_state_process in LISTEN drops SYN+FIN, cookie or not ("tcp: drop SYN+FIN
+    # messages"; SKB_DROP_REASON_TCP_FLAGS): no SYN-ACK, no child (issue 20 point 5).
     st, peer = tfo()
     peer.syn(payload=b"QUIT\r\n", cookie=COOKIE, fin=True)
-    sa = peer.synack()
-    assert sa.ack == peer.isn + 1 + 6 + 1             # data and FIN are both acked
-    conn = child(st, peer)
-    assert conn.fin_received and conn.recv(10, peer.now) == b"QUIT\r\n"
-    peer.ack(1, data_off=8)
-    assert conn.state is State.CLOSE_WAIT
+    assert peer.out() == [] and not st.connections
+    assert st.counters["SKB_DROP_REASON_TCP_FLAGS"] == 1
 
 
 def test_tfo_child_sends_in_syn_received_after_synack() -> None:

@@ -393,7 +393,7 @@ class SocketCore:
         if conn.writable:
             return True
         if mark_nospace:
-            conn.sock_nospace = True
+            conn.note_nospace()
         return False
 
     # -- shutdown / close --------------------------------------------------------

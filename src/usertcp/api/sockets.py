@@ -38,6 +38,7 @@ from usertcp.api.blocking import Blocked
 from usertcp.api.constants import *  # noqa: F403 - the Linux numbers are part of this API
 from usertcp.api.constants import (
     MSG_DONTWAIT,
+    MSG_EOR,
     MSG_FASTOPEN,
     MSG_MORE,
     MSG_NOSIGNAL,
@@ -78,7 +79,7 @@ __all__ = [
 
 
 
-_SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_FASTOPEN | MSG_PRELOAD
+_SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR | MSG_FASTOPEN | MSG_PRELOAD
 _RECV_FLAGS = MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL
 
 
@@ -161,6 +162,7 @@ class Socket(SocketCore):
 
     def _send_some(self, data: Any, view: memoryview, flags: int) -> int:
         more = bool(flags & MSG_MORE)
+        eor = bool(flags & MSG_EOR)
         # bytes go to the stack by reference; anything mutable is copied by Connection.send.
         payload: Any = data if isinstance(data, bytes) else view
 
@@ -170,7 +172,7 @@ class Socket(SocketCore):
                 return _BLOCK
             if conn.send_space <= 0 and len(view):
                 return _BLOCK
-            n = conn.send(payload, now, more=more)
+            n = conn.send(payload, now, more=more, eor=eor)
             if conn.state is State.SYN_RECEIVED:
                 conn.output(now)        # a fast-open child may send before the 3rd ACK (Linux)
             self._kick()
@@ -196,6 +198,7 @@ class Socket(SocketCore):
         if flags & ~(_SEND_FLAGS & ~(MSG_PRELOAD | MSG_FASTOPEN)):
             raise os_error(errno.EOPNOTSUPP, f"unsupported sendall flags {flags:#x}")
         more = bool(flags & MSG_MORE)
+        eor = bool(flags & MSG_EOR)
         total = len(view)
         sent = 0
         if self._tfo_deferred:
@@ -211,7 +214,7 @@ class Socket(SocketCore):
                     return _BLOCK
                 # A whole bytes object goes by reference; the core copies any other buffer.
                 chunk: Any = whole if sent == 0 and whole is not None else view[sent:]
-                sent += conn.send(chunk, now, more=more)
+                sent += conn.send(chunk, now, more=more, eor=eor and sent + len(chunk) >= total)
                 self._kick()
             return None
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from usertcp.drill.defaults import ADDRESS_DEFAULTS, SYSCTL_DEFAULTS, SysctlValue, sysctl_name
+from usertcp.drill.offload import ETHTOOL_OFFLOADS_OFF, link_gso_max_size
 from usertcp.tcp import fastopen
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import State
@@ -89,7 +90,6 @@ def linux_config(ip_version: str = "ipv4") -> StackConfig:
 _HARMLESS = (
     re.compile(r"^(/tmp/)?sysctl_restore_\S*\.sh$"),  # our stack dies with the script
     re.compile(r"^true$|^:$"),
-    re.compile(r"^ethtool\s+-K\s+\S+(\s+(tso|gso|gro)\s+off)+$"),  # no offloads: the stack segments itself
 )
 # The root qdisc of a device: a pfifo (no pacing anyway) and its removal, which restores the
 # default. ``limit 0`` holds no packet: every transmission on the device fails (Linux: the qdisc
@@ -113,6 +113,7 @@ class Environment:
     stack_getter: Callable[[], Stack | None]
     _nstat_base: dict[str, int] = field(default_factory=dict)
     tx_blocked: bool = False        # TEST_DEVICE's qdisc holds no packet (pfifo limit 0)
+    offload: bool = True            # TEST_DEVICE offers TSO (packetdrill's tun), until ethtool -K off
 
     # ------------------------------------------------------------------ entry
 
@@ -152,6 +153,12 @@ class Environment:
         joined = " ".join(words)
         if any(p.match(joined) for p in _HARMLESS):
             return
+        if ETHTOOL_OFFLOADS_OFF.match(joined):
+            self.offload = False        # skbs of one MSS, compared packet by packet
+            stack = self.stack_getter()
+            if stack is not None:
+                self.attach(stack)
+            return
         if _METRICS_FLUSH.match(joined):
             stack = self.stack_getter()
             if stack is not None:
@@ -181,6 +188,7 @@ class Environment:
         """Give ``stack`` the device state the commands set so far; the runner calls this when
         it creates its (lazy) stack, so a qdisc installed before the first socket applies."""
         stack.tx_refuse = _refuse_all if self.tx_blocked else None
+        stack.gso_max_size = link_gso_max_size(self.offload)
 
     # ------------------------------------------------------------------ sysctls
 

@@ -486,6 +486,7 @@ class Syscalls:
                 raise SysError(exc.errno or errno.EINVAL) from exc
             return len(data)
         more = bool(flags & S["MSG_MORE"])
+        eor = bool(flags & S["MSG_EOR"])
         nonblocking = sock.nonblocking or bool(flags & S["MSG_DONTWAIT"])
         total = 0
         if flags & S["MSG_FASTOPEN"] or sock.deferred_connect:
@@ -528,12 +529,12 @@ class Syscalls:
                 # writable, or any other wake-up), then go on if sk_stream_memory_free().
                 if conn.sk_wakeups == asleep or not conn.memory_free:
                     asleep = conn.sk_wakeups
-                    conn.sock_nospace = True
+                    conn.note_nospace()
                     yield None
                     continue
                 asleep = -1
             try:
-                n = conn.send(data[total:], self.host.now(), more=more)
+                n = conn.send(data[total:], self.host.now(), more=more, eor=eor)
             except OSError as exc:
                 raise SysError(exc.errno or errno.EPIPE) from exc
             if n and not conn.is_synchronized:
@@ -542,7 +543,7 @@ class Syscalls:
             total += n
             if total >= len(data):
                 return total
-            conn.sock_nospace = True  # tcp_sendmsg_locked wait_for_space: SOCK_NOSPACE
+            conn.note_nospace()  # tcp_sendmsg_locked wait_for_space: SOCK_NOSPACE
             if nonblocking:
                 if total:
                     return total
@@ -805,7 +806,7 @@ class Syscalls:
         next ACK that frees enough space wakes the poller (tcp_check_space)."""
         if conn.writable:
             return True
-        conn.sock_nospace = True
+        conn.note_nospace()
         return False
 
     def sys_poll(self, args: list[Expr]) -> SyscallGen:

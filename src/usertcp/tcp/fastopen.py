@@ -40,6 +40,7 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify_listener
 from usertcp.tcp.config import (
     TFO_SERVER_COOKIE_NOT_REQD,
     TFO_SERVER_ENABLE,
@@ -150,8 +151,7 @@ class FastOpen:
         lst.tfo_children.add(conn)
         lst.accept_queue.append(conn)
         st.queued = True
-        if lst.on_accept_ready is not None:
-            lst.on_accept_ready(lst)
+        notify_listener(lst, conn)
 
     def _try_fastopen(self, lst: Listener, conn: Connection, seg: Segment) -> tuple[bool, bytes | None]:
         """(fast open child?, cookie to put in the SYN-ACK) as Linux's tcp_try_fastopen decides."""

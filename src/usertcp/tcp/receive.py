@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify
+from usertcp.tcp.buffers import truesize
 from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
@@ -25,11 +27,12 @@ if TYPE_CHECKING:
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "ce_state", "conn", "dsack", "pingpong", "quickack")
+    __slots__ = ("ack_now", "ack_pending", "ce_state", "conn", "dsack", "lrcvtime", "pingpong", "quickack")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
         self.ack_pending = 0           # bytes received and not yet acknowledged
+        self.lrcvtime = -1.0           # when data last arrived (Linux icsk_ack.lrcvtime)
         self.quickack = quickack       # ACKs still to send at once (Linux icsk_ack.quick)
         self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
@@ -49,6 +52,7 @@ class Receive:
         nxt = c.rcv_nxt
         if plen:
             c.data_segs_in += 1
+            self.lrcvtime = now        # tcp_event_data_recv(): icsk_ack.lrcvtime
         # Trim what was already received (RFC 9293 §3.10.7.4 "trim").
         if seg_off < nxt:
             cut = nxt - seg_off
@@ -73,7 +77,8 @@ class Receive:
             fin = False
             mib["UsertcpBeyondWindow"] += 1
         mem = c.stack.mem
-        if plen and mem.limit and mem.used + plen > mem.limit:
+        if plen and not mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
+                                         c.config.rmem[0]):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
             # ACK restates what we have, and the peer retransmits when memory frees.
             mib["TcpExtTCPRcvQDrop"] += 1
@@ -128,7 +133,7 @@ class Receive:
         if fin or plen:
             c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
-            c.on_readable(c)
+            notify(c, c.on_readable)
 
     def ecn_check_ce(self, ecn: int, now: float) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
@@ -248,6 +253,7 @@ class Receive:
         plen = len(payload)
         c.last_rcv_time = now
         c.data_segs_in += 1
+        self.lrcvtime = now
         self.grow_window(plen)
         if c.ecn_flags:
             self.ecn_check_ce(ecn, now)
@@ -257,7 +263,7 @@ class Receive:
         self.schedule_ack(now, length=plen)
         c.sk_wakeups += 1             # sk_data_ready()
         if c.on_readable is not None:
-            c.on_readable(c)
+            notify(c, c.on_readable)
         # output() has work only for these conditions; otherwise it would change nothing.
         if (self.ack_now or rec.lost_bytes or c.keepalive or tm.probe_deadline != INF
                 or c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0)
