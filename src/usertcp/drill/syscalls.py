@@ -389,10 +389,14 @@ class Syscalls:
         fam, ip, port = _sockaddr(args[1], self.host.remote_ip, self.host.connect_port)
         now = self.host.now()
         if fam == S["AF_UNSPEC"]:
-            # tcp_disconnect(): abort whatever is there; the socket can connect again.
+            # tcp_disconnect(): abort whatever is there (a listener stops listening,
+            # inet_csk_listen_stop); the socket can connect (or listen) again.
+            if sock.listener is not None:
+                sock.listener.close(now)
+                sock.listener = None
             if sock.conn is not None:
                 sock.conn.abort(now)
-                self.host.flush()
+            self.host.flush()
             sock.conn = None
             sock.deferred_connect = False
             sock.sock_state = SS_UNCONNECTED
