@@ -63,9 +63,7 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/tcp/cubic/cubic-rto-ss-ca-cwnd-bump.pkt':
         ('failed', 51, 'outbound packet differs: flags (expected ., actual P.)'),
     'gtests/net/tcp/cwnd_moderation/cwnd-moderation-ecn-enter-cwr-no-moderation-700.pkt':
-        ('skipped', 3, "sysctl read not modelled: 'sysctl -q net.ipv4.tcp_ecn=2    #"),
-    'gtests/net/tcp/ecn/ecn-uses-ect0.pkt':
-        ('skipped', 3, "sysctl read not modelled: 'sysctl -q net.ipv4.tcp_ecn=1  # f"),
+        ('failed', 24, "assertion failed: 'assert tcpi_ca_state == TCP_CA_CWR, tcpi_"),
     'gtests/net/tcp/eor/no-coalesce-large.pkt':
         ('failed', 33, 'outbound packet differs: flags (expected P., actual .); payl'),
     'gtests/net/tcp/eor/no-coalesce-retrans.pkt':
@@ -121,7 +119,7 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/tcp/fastopen/client/nonblocking-sendto-over-mss.pkt':
         ('failed', 10, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/nonblocking-sendto.pkt':
-        ('skipped', 95, "command not modelled: 'sysctl -q net.ipv4.tcp_fastopen_cooki"),
+        ('failed', 10, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/poll.pkt':
         ('failed', 11, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/sendto-af-unspec.pkt':
@@ -289,7 +287,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="146/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="148/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

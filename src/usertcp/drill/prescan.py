@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from usertcp.drill.ast import CodeEvent, CommandEvent, Event, PacketEvent, Script, Symbol, SyscallEvent, walk
 from usertcp.drill.defaults import KNOWN_OPTIONS, UNSUPPORTED_SYMBOLS
@@ -81,7 +82,7 @@ def prescan(script: Script) -> Reason | None:
     for line, why in script.unsupported():
         return line, why
     known: set[str] | None = None
-    scratch = Environment(linux_config(), lambda: None)
+    scratch = Environment(linux_config(), lambda: None, Path(script.path).parent)
     cmds: list[Event] = [c for c in (script.init_command, script.cleanup_command) if c is not None]
     for ev in list(script.events) + cmds:
         reason: str | None = None

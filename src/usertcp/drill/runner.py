@@ -130,7 +130,7 @@ class _Runner:
         if "mtu" in sopts:
             self.config.mtu = int(sopts["mtu"])
         self._stack: Stack | None = None
-        self.env = Environment(self.config, lambda: self._stack)
+        self.env = Environment(self.config, lambda: self._stack, Path(script.path).parent)
         self.sys = Syscalls(self)
         self.now_s = 0.0
         self.cursor = 0.0
