@@ -16,6 +16,9 @@ class RunOptions:
     defines: dict[str, str] = field(default_factory=dict)
     tolerance_usecs: int | None = None  # overrides the script's --tolerance_usecs
     verbose: bool = False
+    # packetdrill command-line options (name -> value, "" for a flag): they win over the
+    # script's own (usertcp.drill.cmdline)
+    options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -34,7 +34,6 @@ Extensions (our own scripts; packetdrill has no such syntax):
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import textwrap
 import time
@@ -47,11 +46,10 @@ from typing import Any
 
 from usertcp.drill import timing
 from usertcp.drill.ast import CodeEvent, CommandEvent, EllipsisExpr, Event, PacketEvent, Script, SyscallEvent
+from usertcp.drill.cmdline import Settings, resolve
 from usertcp.drill.defaults import (
-    ADDRESS_DEFAULTS,
     CODE_CONSTANTS,
     DEFAULT_DEFINES,
-    DEFAULT_PORT,
     ERRNO,
     STRERROR,
 )
@@ -99,36 +97,23 @@ class _Pending:
 
 
 class _Runner:
-    def __init__(self, script: Script, opts: RunOptions) -> None:
+    def __init__(self, script: Script, opts: RunOptions, settings: Settings) -> None:
         self.script = script
         self.opts = opts
-        sopts = script.options
-        self.ip_version = opts.ip_version
-        if sopts.get("ip_version") in ("ipv4", "ipv6"):
-            self.ip_version = sopts["ip_version"]
-        addr = ADDRESS_DEFAULTS[self.ip_version]
-        self.local_ip = sopts.get("local_ip", addr.local_ip)
-        self.remote_ip = sopts.get("remote_ip", addr.remote_ip)
-        pinned = ipaddress.ip_address(self.local_ip).version
-        if (pinned == 4) != (self.ip_version == "ipv4"):
-            # The script pins addresses of the other family: run it in that family.
-            self.ip_version = "ipv4" if pinned == 4 else "ipv6"
-            addr = ADDRESS_DEFAULTS[self.ip_version]
-            self.remote_ip = sopts.get("remote_ip", addr.remote_ip)
-        self.bind_port = int(sopts.get("bind_port", DEFAULT_PORT))
-        self.connect_port = int(sopts.get("connect_port", DEFAULT_PORT))
-        tol = opts.tolerance_usecs if opts.tolerance_usecs is not None else sopts.get("tolerance_usecs")
-        self.tol_us = int(tol) if tol is not None else timing.DEFAULT_TOLERANCE_USECS
-        self.tol_pct = float(sopts.get("tolerance_percent", timing.DEFAULT_TOLERANCE_PERCENT))
-        self.ts_tick = int(sopts.get("tcp_ts_tick_usecs", 0) or 0)
-        self.ts_ecr_scaled = "tcp_ts_ecr_scaled" in sopts
-        self.strict_segments = "strict_segments" in sopts
-        self.md5_key = _parse_key(sopts["md5_key"]) if "md5_key" in sopts else None
-        self.inbound = InboundBuilder(self.md5_key, self.ts_ecr_scaled)
-        self.checker = OutboundChecker(self.tol_us, self.tol_pct, self.ts_tick, self.md5_key)
+        self.settings = settings
+        self.ip_version = settings.ip_version
+        self.local_ip = settings.local_ip
+        self.remote_ip = settings.remote_ip
+        self.bind_port = settings.bind_port
+        self.connect_port = settings.connect_port
+        self.tol_us = settings.tol_us
+        self.tol_pct = settings.tol_pct
+        self.md5_key = settings.md5_key
+        self.inbound = InboundBuilder(self.md5_key, settings.ts_ecr_scaled)
+        self.checker = OutboundChecker(self.tol_us, self.tol_pct, settings.ts_tick, self.md5_key)
         self.config: StackConfig = linux_config(self.ip_version)
-        if "mtu" in sopts:
-            self.config.mtu = int(sopts["mtu"])
+        if settings.mtu is not None:
+            self.config.mtu = settings.mtu
         self._stack: Stack | None = None
         self.env = Environment(self.config, lambda: self._stack, Path(script.path).parent)
         self.sys = Syscalls(self)
@@ -432,7 +417,11 @@ class _Runner:
             pkt = self.inbound.icmp_packet(ev, flow)
         else:
             pkt = self.inbound.tcp_packet(ev, flow)
-        self.stack.receive(pkt, self.now_s)
+        # packetdrill --mss: a longer inbound segment is written to the TUN device as one
+        # GRO packet of gso_size mss (virtio_net_hdr), as the kernel's GRO would build it.
+        mss = self.settings.mss
+        gso = mss if mss and ev.protocol != "icmp" and ev.seq_len > mss else 0
+        self.stack.receive(pkt, self.now_s, gso_size=gso)
         self.flush()
         self._poll_pending()
 
@@ -479,7 +468,7 @@ class _Runner:
                         raise ScriptFail(ev.line, f"aggregating segments for {fmt_expected(ev)}: {err}")
             segs.append((t, seg))
             total += len(seg.payload)
-            if total >= want_len or self.strict_segments:
+            if total >= want_len or self.settings.strict_segments:
                 break
         flow = self.flows.get((segs[0][1].sport, segs[0][1].dst, segs[0][1].dport))
         if flow is None:
@@ -493,14 +482,6 @@ class _Runner:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _parse_key(text: str) -> bytes:
-    """``--md5_key``: ``0x`` + hex digits, else the literal text (quotes stripped)."""
-    text = text.strip().strip('"')
-    if text.lower().startswith("0x"):
-        return bytes.fromhex(text[2:])
-    return text.encode()
-
-
 def run_script(script: Script, opts: RunOptions | None = None) -> ScriptResult:
     """Run a parsed script; never raises for script problems (they become the result)."""
     opts = opts or RunOptions()
@@ -509,8 +490,29 @@ def run_script(script: Script, opts: RunOptions | None = None) -> ScriptResult:
     if skip is not None:
         res.status, res.line, res.reason = "skipped", skip[0], skip[1]
         return res
-    runner = _Runner(script, opts)
-    res.ip_version = runner.ip_version
+    try:
+        settings = resolve(script.options, opts.options, opts.ip_version, opts.tolerance_usecs)
+    except ScriptSkip as exc:
+        res.status, res.reason = "skipped", exc.reason
+        return res
+    except ScriptFail as exc:
+        res.status, res.reason = "failed", exc.reason
+        return res
+    res.ip_version = settings.ip_version
+    notes = "; ".join(settings.notes)
+    if settings.dry_run:
+        res.reason = "--dry_run: parsed, not run" + (f"; {notes}" if notes else "")
+        return res
+    runner = _Runner(script, opts, settings)
+    _run_and_report(runner, res)
+    if notes and res.status != "skipped":
+        res.reason = f"{res.reason}; {notes}" if res.reason else notes
+    res.virtual_time = runner.now_s
+    res.details = res.details + runner.log
+    return res
+
+
+def _run_and_report(runner: _Runner, res: ScriptResult) -> None:
     try:
         runner.run()
     except ScriptSkip as exc:
@@ -524,19 +526,13 @@ def run_script(script: Script, opts: RunOptions | None = None) -> ScriptResult:
         res.line = runner.last_event.line if runner.last_event is not None else None
         res.details = traceback.format_exc().splitlines()
     res.reason = re.sub(r"^line \d+: ", "", res.reason)
-    if runner.ip_version != opts.ip_version and res.status != "skipped":
-        res.reason = (
-            res.reason + "; " if res.reason else ""
-        ) + f"ran over {runner.ip_version}: the script pins its addresses"
-    res.virtual_time = runner.now_s
-    res.details = res.details + runner.log
-    return res
 
 
 def run_file(path: str | Path, opts: RunOptions | None = None) -> ScriptResult:
     """Parse and run one .pkt file (``-D`` defines: the harness ones plus ``opts.defines``)."""
     opts = opts or RunOptions()
-    defines = dict(DEFAULT_DEFINES[opts.ip_version])
+    family = opts.options.get("ip_version", opts.ip_version)
+    defines = dict(DEFAULT_DEFINES.get(family, DEFAULT_DEFINES[opts.ip_version]))
     defines.update(opts.defines)
     try:
         script = parse_file(path, defines)

@@ -428,8 +428,8 @@ class Connection:
         self.rcv_wscale = cfg.rcv_wscale if self.ws_ok else 0
         self.sack_ok = sack
         self.peer_mss = peer_mss
-        self.rcv_mss = min(peer_mss, self.stack.mtu_mss(self.v6))
         self.compute_mss()
+        self.rx.initialize_rcv_mss()       # Linux tcp_initialize_rcv_mss
         self.tx.window_field(True)           # the SYN-ACK's window: syn_window and rcv_adv
         self.snd_una = 0
         self.snd_nxt = self.snd_max = 1      # the SYN-ACK went out
@@ -498,8 +498,8 @@ class Connection:
             self.ts_recent = seg.ts_val
             self.ts_recent_time = now
         self.peer_mss = seg.mss if seg.mss > 0 else (1220 if self.v6 else 536)
-        self.rcv_mss = min(self.peer_mss, self.stack.mtu_mss(self.v6))
         self.compute_mss()
+        self.rx.initialize_rcv_mss()       # Linux tcp_initialize_rcv_mss
 
     # ----------------------------------------------------------- user commands
 

@@ -16,16 +16,20 @@ from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
-from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, SYN, Segment
+from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, PSH, SYN, URG, Segment
 
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
+
+TCP_MSS_DEFAULT = 536        # RFC 1122 default MSS (Linux TCP_MSS_DEFAULT)
+TCP_MIN_MSS = 88             # Linux TCP_MIN_MSS
+_REMNANT = FIN | URG | SYN | PSH   # Linux TCP_REMNANT: flags a full-sized segment never needs
 
 
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "conn", "dsack", "pingpong", "quickack")
+    __slots__ = ("ack_now", "ack_pending", "conn", "dsack", "last_seg_size", "pingpong", "quickack")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
@@ -34,6 +38,45 @@ class Receive:
         self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
         self.ack_now = False           # an ACK is owed at the end of this event
+        self.last_seg_size = 0         # Linux icsk_ack.last_seg_size (tcp_measure_rcv_mss)
+
+    def initialize_rcv_mss(self) -> None:
+        """Linux tcp_initialize_rcv_mss: a cautious first guess of the peer's segment size
+        (at most 536 bytes) until data shows the real one (``measure_rcv_mss``)."""
+        c = self.conn
+        hint = min(self.advmss(), c.mss, TCP_MSS_DEFAULT)
+        wnd = c.rcv_adv - c.rcv_nxt
+        if wnd > 0:
+            hint = min(hint, wnd // 2)
+        c.rcv_mss = max(hint, TCP_MIN_MSS)
+
+    def advmss(self) -> int:
+        """The MSS we advertise (Linux tp->advmss: the route's, clamped by TCP_MAXSEG)."""
+        c = self.conn
+        own = c.stack.mtu_mss(c.v6)
+        return min(own, c.user_mss) if c.user_mss else own
+
+    def measure_rcv_mss(self, seg_len: int, gso_size: int, flags: int) -> None:
+        """Linux tcp_measure_rcv_mss: the peer's segment size, as data arrives.
+
+        A GRO packet counts with its segment size; a segment at least as long as the current
+        estimate sets it (up to our advertised MSS). A shorter one sets it only when two in a
+        row have the same length and look full-sized (no FIN/URG/SYN/PSH, RFC 1122 sizes).
+        """
+        c = self.conn
+        lss = self.last_seg_size
+        self.last_seg_size = 0
+        length = gso_size or seg_len
+        if length >= c.rcv_mss:
+            c.rcv_mss = min(length, self.advmss())
+            return
+        header = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
+        length += header
+        if length >= TCP_MSS_DEFAULT + 20 or (length >= TCP_MIN_MSS + 20 and not flags & _REMNANT):
+            length -= header
+            self.last_seg_size = length
+            if length == lss:
+                c.rcv_mss = length
 
     def data_arrives(self, seg: Segment, seg_off: int, now: float) -> None:
         """RFC 9293 §3.10.7.4 seventh/eighth: queue in-order data, reassemble, handle FIN."""
@@ -81,7 +124,7 @@ class Receive:
         if plen and c.ecn_flags:
             self.ecn_check_ce(seg.ecn)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
         if seg_off == nxt:
-            self._in_order(payload, fin, now)
+            self._in_order(payload, fin, now, seg)
         else:
             # Out of order: queue it and send an immediate duplicate ACK (RFC 5681 §4.2).
             irs = c.irs
@@ -91,12 +134,14 @@ class Receive:
                 mib["TcpExtTCPOFOQueue"] += 1
             self.schedule_ack(now, immediate=True)
 
-    def _in_order(self, payload: memoryview, fin: bool, now: float) -> None:
+    def _in_order(self, payload: memoryview, fin: bool, now: float, seg: Segment | None = None) -> None:
         """Data at RCV.NXT: deliver it and what reassembly now releases, then the FIN."""
         c = self.conn
         plen = len(payload)
         nxt = c.rcv_nxt
         if plen:
+            if seg is not None:     # Linux tcp_event_data_recv: measure, then grow the window
+                self.measure_rcv_mss(plen, seg.gso_size, seg.flags)
             self.grow_window(plen)
             if not c.read_shutdown or not c.closed_by_app:
                 c.rcv_buf.append(payload)
@@ -178,8 +223,8 @@ class Receive:
             self.quickack -= 1
             self.ack_now = True
             return
-        # At least every second full-sized segment.
-        if c.rcv_nxt - c.last_ack_sent >= 2 * c.rcv_mss:
+        # Linux __tcp_ack_snd_check: more than one full frame received since the last ACK.
+        if c.rcv_nxt - c.last_ack_sent > c.rcv_mss:
             self.ack_now = True
             return
         if tm.delack_deadline == INF:
@@ -200,10 +245,12 @@ class Receive:
             c.tx.send_ack(now)
             c.reschedule()
 
-    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0) -> None:
+    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0,
+                  gso_size: int = 0, flags: int = ACK) -> None:
         """Predicted in-order data with the ACK unchanged: the slow path's effects, no more.
 
-        ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce).
+        ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce);
+        ``gso_size`` the segment size of a GRO packet (0: a plain segment), ``flags`` the TCP flags.
         """
         c = self.conn
         tm = c.timers
@@ -222,6 +269,7 @@ class Receive:
         plen = len(payload)
         c.last_rcv_time = now
         c.data_segs_in += 1
+        self.measure_rcv_mss(plen, gso_size, flags)
         self.grow_window(plen)
         if c.ecn_flags:
             self.ecn_check_ce(ecn)

@@ -203,10 +203,14 @@ class Stack:
 
     # ------------------------------------------------------------ Endpoint API
 
-    def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False) -> None:
-        """Take one inbound IP packet. Every malformed packet is dropped and counted."""
+    def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False,
+                gso_size: int = 0) -> None:
+        """Take one inbound IP packet. Every malformed packet is dropped and counted.
+
+        ``gso_size``: the packet is a GRO aggregate of segments of that size (the device's
+        virtio_net_hdr, Linux tcp_gro_receive); TCP takes it as one segment."""
         self.now = now
-        if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified):
+        if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified, gso_size):
             return
         mib = self.counters.table
         try:
@@ -222,6 +226,7 @@ class Stack:
             if drop.counter == "TcpInCsumErrors":
                 mib["TcpInErrs"] += 1
             return
+        seg.gso_size = gso_size
         mib["TcpInSegs"] += 1
         mib[(_ECN_MIB4 if seg.ip_version == 4 else _ECN_MIB6)[seg.tos & 3]] += 1
         if seg.dst not in self.addresses:
@@ -244,7 +249,7 @@ class Stack:
             return
         icmp_arrives(self, msg, now)
 
-    def _fast_receive(self, packet: Buffer, now: float, checksum_verified: bool) -> bool:
+    def _fast_receive(self, packet: Buffer, now: float, checksum_verified: bool, gso_size: int) -> bool:
         """Header prediction (Linux tcp_rcv_established): handle the expected segment cheaply.
 
         One comparison of the raw 4th header word (data offset, flags, window) with the
@@ -292,7 +297,7 @@ class Stack:
         mib["TcpInSegs"] += 1
         mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
         mib["TcpExtTCPHPHits"] += 1
-        conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+        conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3, gso_size, (hp_word >> 16) & 0xFF)
         return True
 
     def datagrams_to_send(self) -> list[TxPacket]:

@@ -171,6 +171,7 @@ def parse_packet(buf: Buffer, *, verify_checksum: bool = True) -> Segment:
     seg.raw_options = opts = mv[off + 20:hend]
     seg.payload = mv[hend:end]
     seg.checksum_ok = True
+    seg.gso_size = 0
     parse_options(seg, opts)
     return seg
 
