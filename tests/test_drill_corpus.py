@@ -154,10 +154,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 49, 'outbound packet differs: flags (expected P., actual .)'),
     'gtests/net/tcp/fastopen/server/opt34/simple3.pkt@ipv6':
         ('failed', 49, 'outbound packet differs: flags (expected P., actual .); ran '),
-    'gtests/net/tcp/inq/client.pkt':
-        ('skipped', 12, 'setsockopt(SOL_TCP, TCP_INQ) not emulated'),
-    'gtests/net/tcp/inq/server.pkt':
-        ('skipped', 17, 'setsockopt(SOL_TCP, TCP_INQ) not emulated'),
     'gtests/net/tcp/mtu_probe/basic-v4.pkt':
         ('skipped', 33, "command not modelled: 'ip route change 192.0.2.1 via 192.168"),
     'gtests/net/tcp/mtu_probe/basic-v6.pkt':
@@ -283,7 +279,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="151/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="155/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

@@ -431,7 +431,6 @@ UNSUPPORTED_SYMBOLS: dict[str, str] = {
     "SOF_TIMESTAMPING_TX_ACK": "kernel packet timestamping",
     "SOF_TIMESTAMPING_TX_SCHED": "kernel packet timestamping",
     "SOF_TIMESTAMPING_TX_SOFTWARE": "kernel packet timestamping",
-    "TCP_CM_INQ": "the TCP_INQ control message",
 }
 
 # Names available to %{ }% code besides the tcpi_* fields (linux/tcp.h, netinet/tcp.h).

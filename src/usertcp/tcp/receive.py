@@ -50,6 +50,20 @@ class Receive:
             hint = min(hint, wnd // 2)
         c.rcv_mss = max(hint, TCP_MIN_MSS)
 
+    def inq(self) -> int:
+        """Linux tcp_inq (SIOCINQ/FIONREAD): bytes the application can read; none before the
+        handshake completes; a received FIN is not a byte."""
+        c = self.conn
+        if c.state is State.SYN_SENT or c.state is State.SYN_RECEIVED:
+            return 0
+        return len(c.rcv_buf)
+
+    def inq_hint(self) -> int:
+        """Linux tcp_inq_hint (the TCP_CM_INQ control message): as ``inq`` but a received FIN
+        counts as one, so a reader knows to read on until it sees the end of the stream."""
+        c = self.conn
+        return len(c.rcv_buf) + (1 if c.fin_received else 0)
+
     def advmss(self) -> int:
         """The MSS we advertise (Linux tp->advmss: the route's, clamped by TCP_MAXSEG)."""
         c = self.conn

@@ -1,0 +1,84 @@
+"""Receive-side details as Linux has them (issue 15 point 2), in packetdrill form: the ioctls
+(tcp_ioctl), TCP_INQ's control message (tcp_inq_hint), ts_recent updates
+(tcp_replace_ts_recent), rcv_mss measurement (tcp_measure_rcv_mss)."""
+
+from __future__ import annotations
+
+from usertcp.drill.parser import parse_script
+from usertcp.drill.runner import RunOptions, ScriptResult, run_script
+
+# A passive open in packetdrill's default form (no timestamps).
+HANDSHAKE = """\
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
+   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 1) = 0
+   +0 < S 0:0(0) win 32792 <mss 1000,sackOK,nop,nop,nop,wscale 7>
+   +0 > S. 0:0(0) ack 1 <mss 1460,nop,nop,sackOK,nop,wscale 8>
+  +.1 < . 1:1(0) ack 1 win 257
+   +0 accept(3, ..., ...) = 4
+"""
+
+
+def run(text: str, ip_version: str = "ipv4") -> ScriptResult:
+    return run_script(parse_script(text, path="<test>"), RunOptions(ip_version=ip_version))
+
+
+def assert_passed(res: ScriptResult) -> None:
+    assert res.status == "passed", f"line {res.line}: {res.reason}\n" + "\n".join(res.details)
+
+
+def test_ioctls_count_a_queued_fin_and_refuse_a_listener() -> None:
+    assert_passed(run(HANDSHAKE + """\
+   +0 ioctl(3, SIOCINQ, [0]) = -1 EINVAL (Invalid argument)
+   +0 ioctl(3, SIOCOUTQ, [0]) = -1 EINVAL (Invalid argument)
+   +0 write(4, ..., 1000) = 1000
+   +0 > P. 1:1001(1000) ack 1
+   +0 ioctl(4, SIOCOUTQ, [1000]) = 0
+   +0 ioctl(4, SIOCOUTQNSD, [0]) = 0
+   +0 shutdown(4, SHUT_WR) = 0
+   +0 > F. 1001:1001(0) ack 1
+// tcp_send_fin advances write_seq: the FIN is one byte of SIOCOUTQ until acknowledged
+   +0 ioctl(4, SIOCOUTQ, [1001]) = 0
+ +.01 < . 1:1(0) ack 1002 win 257
+   +0 ioctl(4, SIOCOUTQ, [0]) = 0
+// data then FIN: SIOCINQ counts the bytes only, TCP_CM_INQ counts the FIN as one
+   +0 < P. 1:101(100) ack 1002 win 257
+   +0 > . 1002:1002(0) ack 101
+   +0 < F. 101:101(0) ack 1002 win 257
+   +0 > . 1002:1002(0) ack 102
+   +0 ioctl(4, SIOCINQ, [100]) = 0
+   +0 setsockopt(4, SOL_TCP, TCP_INQ, [1], 4) = 0
+   +0 recvmsg(4, {msg_name(...)=..., msg_iov(1)=[{..., 40}], msg_flags=0,
+                  msg_control=[{cmsg_level=SOL_TCP, cmsg_type=TCP_CM_INQ, cmsg_data=61}]}, 0) = 40
+   +0 ioctl(4, SIOCINQ, [60]) = 0
+   +0 recvmsg(4, {msg_name(...)=..., msg_iov(1)=[{..., 100}], msg_flags=0,
+                  msg_control=[{cmsg_level=SOL_TCP, cmsg_type=TCP_CM_INQ, cmsg_data=1}]}, 0) = 60
+   +0 ioctl(4, SIOCINQ, [0]) = 0
+"""))
+
+
+def test_inq_cmsg_mismatch_fails() -> None:
+    res = run(HANDSHAKE + """\
+   +0 setsockopt(4, SOL_TCP, TCP_INQ, [1], 4) = 0
+   +0 < P. 1:101(100) ack 1 win 257
+   +0 recvmsg(4, {msg_name(...)=..., msg_iov(1)=[{..., 40}], msg_flags=0,
+                  msg_control=[{cmsg_level=SOL_TCP, cmsg_type=TCP_CM_INQ, cmsg_data=59}]}, 0) = 40
+""")
+    assert res.status == "failed" and "cmsg" in res.reason and "(6, 36, 60)" in res.reason
+
+
+def test_rcv_mss_follows_the_segments_received() -> None:
+    # tcp_initialize_rcv_mss starts at 536 at most; data sets the real size (tcp_measure_rcv_mss);
+    # shorter segments set it only when two in a row agree and carry no PSH (TCP_REMNANT).
+    assert_passed(run(HANDSHAKE + """\
+   +0 %{ assert tcpi_rcv_mss == 536, tcpi_rcv_mss }%
+   +0 < . 1:1001(1000) ack 1 win 257
+   +0 %{ assert tcpi_rcv_mss == 1000, tcpi_rcv_mss }%
+   +0 < . 1001:1701(700) ack 1 win 257
+   +0 < . 1701:2401(700) ack 1 win 257
+   +0 %{ assert tcpi_rcv_mss == 700, tcpi_rcv_mss }%
+   +0 < P. 2401:2501(100) ack 1 win 257
+   +0 < P. 2501:2601(100) ack 1 win 257
+   +0 %{ assert tcpi_rcv_mss == 700, tcpi_rcv_mss }%
+"""))
