@@ -82,3 +82,65 @@ def test_rcv_mss_follows_the_segments_received() -> None:
    +0 < P. 2501:2601(100) ack 1 win 257
    +0 %{ assert tcpi_rcv_mss == 700, tcpi_rcv_mss }%
 """))
+
+
+def test_lone_fin_ack_is_immediate_before_any_data() -> None:
+    # Linux tcp_fin schedules the ACK (interactive mode); with no data received the delayed-ACK
+    # engine has no ATO yet and the ACK goes at once (tools/kernel_receive_probe.py: ~2 ms).
+    assert_passed(run(HANDSHAKE + """\
+ +.01 < F. 1:1(0) ack 1 win 257
+   +0 > . 1:1(0) ack 2
+"""))
+
+
+def test_lone_fin_ack_is_delayed_after_data() -> None:
+    # After a request and its reply the ATO is TCP_ATO_MIN: the FIN's ACK waits ~40 ms
+    # (the kernel probe: 41.4 ms); a close() in between carries it on our own FIN.
+    assert_passed(run(HANDSHAKE + """\
+ +.01 < P. 1:9(8) ack 1 win 257
+   +0 > . 1:1(0) ack 9
+   +0 read(4, ..., 100) = 8
+ +.01 write(4, ..., 8) = 8
+   +0 > P. 1:9(8) ack 9
+ +.02 < . 9:9(0) ack 9 win 257
+ +.01 < F. 9:9(0) ack 9 win 257
+ +.04 > . 9:9(0) ack 10
+"""))
+    assert_passed(run(HANDSHAKE + """\
+ +.01 < P. 1:9(8) ack 1 win 257
+   +0 > . 1:1(0) ack 9
+   +0 read(4, ..., 100) = 8
+ +.05 < F. 9:9(0) ack 1 win 257
+ +.01 close(4) = 0
+   +0 > F. 1:1(0) ack 10
+"""))
+
+
+def test_fin_with_more_than_a_frame_is_acked_at_once() -> None:
+    # __tcp_ack_snd_check: more than one full frame unacknowledged beats interactive mode.
+    assert_passed(run(HANDSHAKE + """\
+ +.01 < P. 1:9(8) ack 1 win 257
+   +0 > . 1:1(0) ack 9
+ +.05 < F. 9:2009(2000) ack 1 win 257
+   +0 > . 1:1(0) ack 2010
+"""))
+
+
+def test_ack_of_unsent_data_gets_a_challenge_ack_and_keeps_ts_recent() -> None:
+    # Linux >= 6.18.38 (upstream 42726ec644cb) answers SEG.ACK > SND.NXT with a challenge ACK
+    # and drops the segment before tcp_replace_ts_recent: the ACK's TS ecr is the old TS val
+    # (the kernel selftest tcp_ts_recent_invalid_ack.pkt; tools/kernel_receive_probe.py).
+    assert_passed(run("""\
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
+   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 1) = 0
+  +.1 < S 0:0(0) win 20000 <mss 1000,sackOK,TS val 100 ecr 0>
+   +0 > S. 0:0(0) ack 1 <mss 1460,sackOK,TS val 100 ecr 100>
+  +.1 < . 1:1(0) ack 1 win 20000 <nop,nop,TS val 200 ecr 100>
+   +0 accept(3, ..., ...) = 4
+   +0 < F. 1:1(0) ack 9999 win 20000 <nop,nop,TS val 200000 ecr 100>
+   +0 > . 1:1(0) ack 1 <nop,nop,TS val 200 ecr 200>
+   +0 < . 1:1001(1000) ack 1 win 20000 <nop,nop,TS val 201 ecr 100>
+   +0 > . 1:1(0) ack 1001 <nop,nop,TS val 200 ecr 201>
+"""))

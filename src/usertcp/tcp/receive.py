@@ -29,7 +29,8 @@ _REMNANT = FIN | URG | SYN | PSH   # Linux TCP_REMNANT: flags a full-sized segme
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "conn", "dsack", "last_seg_size", "pingpong", "quickack")
+    __slots__ = ("ack_now", "ack_pending", "ato", "conn", "dsack", "last_seg_size", "lrcvtime", "pingpong",
+                 "quickack")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
@@ -39,6 +40,50 @@ class Receive:
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
         self.ack_now = False           # an ACK is owed at the end of this event
         self.last_seg_size = 0         # Linux icsk_ack.last_seg_size (tcp_measure_rcv_mss)
+        self.ato = 0.0                 # Linux icsk_ack.ato: the delayed-ACK timeout; 0 until data came
+        self.lrcvtime = 0.0            # Linux icsk_ack.lrcvtime: when the last data arrived
+
+    def event_data_recv(self, now: float) -> None:
+        """Linux tcp_event_data_recv, its ACK-timing part: the first data starts the delayed-ACK
+        engine at TCP_ATO_MIN; later data moves the timeout with the inter-arrival time, and
+        data after a gap longer than the RTO is ACKed quickly again (tcp_incr_quickack)."""
+        c = self.conn
+        ato_min = c.config.delack_min
+        if not self.ato:
+            self.ato = ato_min
+        else:
+            gap = now - self.lrcvtime
+            if gap <= ato_min / 2:
+                self.ato = self.ato / 2 + ato_min / 2
+            elif gap < self.ato:
+                self.ato = min(self.ato / 2 + gap, c.rtt.timeout)
+            elif gap > c.rtt.timeout:
+                self.incr_quickack(c.config.quickack_segments)
+        self.lrcvtime = now
+
+    def incr_quickack(self, max_quickacks: int) -> None:
+        """Linux tcp_incr_quickack: allow up to half the window's worth of immediate ACKs."""
+        c = self.conn
+        quick = c.rcv_adv - c.rcv_nxt
+        quick = quick // (2 * max(c.rcv_mss, 1)) if quick > 0 else 0
+        quick = min(quick or 2, max_quickacks)
+        if quick > self.quickack:
+            self.quickack = quick
+
+    def delack_timeout(self) -> float:
+        """Linux tcp_send_delayed_ack: the ATO, bounded by the RTT once it exceeds the minimum
+        (and by TCP_DELACK_MAX in interactive mode); 0 before any data (the ACK goes at the
+        next tick: a lone FIN on a connection that never received data is ACKed at once)."""
+        c = self.conn
+        cfg = c.config
+        ato = self.ato
+        if ato > cfg.delack_min:
+            max_ato = cfg.delack_max if self.pingpong else 0.5
+            srtt = c.rtt.srtt
+            if srtt is not None:
+                max_ato = min(max_ato, max(srtt, cfg.delack_min))
+            ato = min(ato, max_ato)
+        return min(ato, cfg.delack_max)
 
     def initialize_rcv_mss(self) -> None:
         """Linux tcp_initialize_rcv_mss: a cautious first guess of the peer's segment size
@@ -156,6 +201,7 @@ class Receive:
         if plen:
             if seg is not None:     # Linux tcp_event_data_recv: measure, then grow the window
                 self.measure_rcv_mss(plen, seg.gso_size, seg.flags)
+            self.event_data_recv(now)
             self.grow_window(plen)
             if not c.read_shutdown or not c.closed_by_app:
                 c.rcv_buf.append(payload)
@@ -179,14 +225,28 @@ class Receive:
             immediate = False
         c.rcv_nxt = nxt
         if fin:
-            c.fin_arrives(now)
-            self.schedule_ack(now, immediate=True)
+            self._fin(now, plen, immediate)
         elif plen or immediate:
             self.schedule_ack(now, immediate=immediate, length=plen)
         if fin or plen:
             c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
             c.on_readable(c)
+
+    def _fin(self, now: float, plen: int, immediate: bool) -> None:
+        """Linux tcp_fin: in ESTABLISHED (or SYN-RECEIVED) the connection turns interactive and
+        the FIN's ACK is only scheduled, so it waits for the delayed-ACK timer unless more than
+        a full frame is unacknowledged (tcp_kernel_probe: ~40 ms after earlier data, at the next
+        tick on a connection that never received data); a FIN crossing ours in FIN-WAIT is
+        ACKed at once."""
+        c = self.conn
+        st = c.state
+        c.fin_arrives(now)
+        if st is State.ESTABLISHED or st is State.SYN_RECEIVED:
+            self.pingpong = True           # inet_csk_enter_pingpong_mode
+            self.schedule_ack(now, immediate=immediate, length=plen)
+        else:
+            self.schedule_ack(now, immediate=True)
 
     def ecn_check_ce(self, ecn: int) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
@@ -211,13 +271,9 @@ class Receive:
 
     def enter_quickack_mode(self, max_quickacks: int) -> None:
         """Linux tcp_enter_quickack_mode: the next ACKs go out at once, interactive mode off."""
-        c = self.conn
-        quick = c.rcv_adv - c.rcv_nxt
-        quick = quick // (2 * max(c.rcv_mss, 1)) if quick > 0 else 0
-        quick = min(quick or 2, max_quickacks)
-        if quick > self.quickack:
-            self.quickack = quick
+        self.incr_quickack(max_quickacks)
         self.pingpong = False
+        self.ato = self.conn.config.delack_min
 
     def grow_window(self, plen: int) -> None:
         """Linux tcp_grow_window: each full-sized segment opens the window by two MSS."""
@@ -241,8 +297,13 @@ class Receive:
         if c.rcv_nxt - c.last_ack_sent > c.rcv_mss:
             self.ack_now = True
             return
-        if tm.delack_deadline == INF:
-            tm.delack_deadline = now + c.config.delack_min
+        ato = self.delack_timeout()
+        if ato <= 0 or (tm.delack_deadline != INF and tm.delack_deadline <= now + ato / 4):
+            # No ATO yet (no data received): Linux's timer fires at the next tick; or the
+            # pending delayed ACK is about to go anyway (tcp_send_delayed_ack).
+            self.ack_now = True
+            return
+        tm.delack_deadline = min(tm.delack_deadline, now + ato)
 
 
     def after_read(self, now: float) -> None:
@@ -284,6 +345,7 @@ class Receive:
         c.last_rcv_time = now
         c.data_segs_in += 1
         self.measure_rcv_mss(plen, gso_size, flags)
+        self.event_data_recv(now)
         self.grow_window(plen)
         if c.ecn_flags:
             self.ecn_check_ce(ecn)
