@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from usertcp.drill.parser import parse_script
 from usertcp.drill.runner import RunOptions, ScriptResult, run_script
 
@@ -144,3 +146,30 @@ def test_ack_of_unsent_data_gets_a_challenge_ack_and_keeps_ts_recent() -> None:
    +0 < . 1:1001(1000) ack 1 win 20000 <nop,nop,TS val 201 ecr 100>
    +0 > . 1:1(0) ack 1001 <nop,nop,TS val 200 ecr 201>
 """))
+
+
+# SYN-ACK window and scale as this machine's kernel chose them (tools/kernel_receive_probe.py,
+# tcp_rmem 4096 540000 15728640 as defaults.sh sets it): half the buffer, in whole segments
+# (1448 bytes: advmss less the timestamp option), at most 64 KB; SO_RCVBUF locks the buffer,
+# which clamps the window and the scale to it.
+@pytest.mark.parametrize(("rcvbuf", "win", "wscale"), [
+    (None, 65535, 8), (1000, 1152, 0), (10000, 8688, 0), (65536, 65160, 1), (100000, 65535, 1),
+    (1 << 20, 65535, 5),
+])  # fmt: skip
+def test_synack_window_and_scale_follow_the_receive_buffer(rcvbuf: int | None, win: int, wscale: int) -> None:
+    opt = f"   +0 setsockopt(3, SOL_SOCKET, SO_RCVBUF, [{rcvbuf}], 4) = 0\n" if rcvbuf else ""
+    assert_passed(run(f"""\
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
+{opt}   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 1) = 0
+   +0 < S 0:0(0) win 502 <mss 1460,sackOK,TS val 100 ecr 0,nop,wscale 7>
+   +0 > S. 0:0(0) ack 1 win {win} <mss 1460,sackOK,TS val 0 ecr 100,nop,wscale {wscale}>
+"""))
+
+
+def test_default_linux_buffer_gives_the_classic_64240_window() -> None:
+    # Linux's own tcp_rmem default (131072): 65536 of window space, 44 segments of 1460.
+    script = HANDSHAKE.replace("<mss 1460,nop,nop,sackOK,nop,wscale 8>",
+                               "win 64240 <mss 1460,nop,nop,sackOK,nop,wscale 7>")
+    assert_passed(run('`sysctl -q net.ipv4.tcp_rmem="4096 131072 6291456"`\n' + script))

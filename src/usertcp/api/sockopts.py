@@ -259,6 +259,7 @@ class SocketOptions:
             return effect
         if optname == SO_RCVBUF:
             self.rcvbuf = max(2 * min(int_value(value), self.config.rmem[2]), SOCK_MIN_RCVBUF)
+            self._attr("rcvbuf_locked", True, conn, listener)      # SOCK_RCVBUF_LOCK
             return self._attr("rcvbuf_limit", self.rcvbuf, conn, listener)
         if optname == SO_LINGER:
             onoff, secs = _linger_value(value)

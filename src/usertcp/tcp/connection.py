@@ -175,6 +175,7 @@ class Connection:
         self.last_ack_sent = 0
         self.syn_window = 0
         self.rcv_ssthresh = min(self.rcvbuf_limit, MAX_WINDOW)   # Linux tp->rcv_ssthresh
+        self.rcvbuf_locked = False     # SOCK_RCVBUF_LOCK: SO_RCVBUF set
         self.last_rcv_time = 0.0
         self.last_snd_time = 0.0
         self.accepted = False          # handed to the application by accept()
@@ -382,6 +383,7 @@ class Connection:
         self.ecn_flags = ECN_OK if self.config.ecn == ECN_ON else 0
         self._set_state(State.SYN_SENT, now)
         self.timers.first_rto_time = now
+        self.rx.init_window(True)          # tcp_select_initial_window (tcp/window.py)
         self.tx.send_syn(now)
         self.reschedule()
 
@@ -396,6 +398,7 @@ class Connection:
         self.iss = self.stack.new_isn(self, now)
         self.ts_offset = self.stack.ts_offset(self)
         self._negotiate(seg, now)
+        self.rx.init_window(self.ws_ok)
         self.ecn_flags = ECN_OK if ecn_syn_acceptable(seg, self.config) else 0
         self.snd_wnd = seg.window          # RFC 7323 §2.2: the window in a SYN is not scaled
         self.max_snd_wnd = self.snd_wnd

@@ -16,6 +16,7 @@ from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
+from usertcp.tcp.window import init_receive_window
 from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, PSH, SYN, URG, Segment
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
     __slots__ = ("ack_now", "ack_pending", "ato", "conn", "dsack", "last_seg_size", "lrcvtime", "pingpong",
-                 "quickack")
+                 "quickack", "rcv_wnd_initial", "window_clamp")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
@@ -42,6 +43,12 @@ class Receive:
         self.last_seg_size = 0         # Linux icsk_ack.last_seg_size (tcp_measure_rcv_mss)
         self.ato = 0.0                 # Linux icsk_ack.ato: the delayed-ACK timeout; 0 until data came
         self.lrcvtime = 0.0            # Linux icsk_ack.lrcvtime: when the last data arrived
+        self.window_clamp = 0          # Linux tp->window_clamp (0: none yet), see tcp/window.py
+        self.rcv_wnd_initial = MAX_WINDOW   # the SYN's window (tcp_select_initial_window)
+
+    def init_window(self, wscale_ok: bool) -> None:
+        """The first window, its clamp and the window scale, before our SYN or SYN-ACK."""
+        init_receive_window(self.conn, wscale_ok)
 
     def event_data_recv(self, now: float) -> None:
         """Linux tcp_event_data_recv, its ACK-timing part: the first data starts the delayed-ACK
@@ -278,8 +285,9 @@ class Receive:
     def grow_window(self, plen: int) -> None:
         """Linux tcp_grow_window: each full-sized segment opens the window by two MSS."""
         c = self.conn
-        if c.rcv_ssthresh < c.rcvbuf_limit and plen >= c.rcv_mss // 2:
-            c.rcv_ssthresh = min(c.rcv_ssthresh + 2 * c.rcv_mss, c.rcvbuf_limit)
+        limit = min(c.rcvbuf_limit, self.window_clamp) if self.window_clamp else c.rcvbuf_limit
+        if c.rcv_ssthresh < limit and plen >= c.rcv_mss // 2:
+            c.rcv_ssthresh = min(c.rcv_ssthresh + 2 * c.rcv_mss, limit)
 
     def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
         """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
