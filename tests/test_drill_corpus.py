@@ -190,8 +190,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('skipped', 4, 'SO_ZEROCOPY: kernel zerocopy transmit'),
     'gtests/net/tcp/syscall_bad_arg/syscall-invalid-buf-ptr.pkt':
         ('failed', 17, 'write() returned 1000, expected -1 EFAULT'),
-    'gtests/net/tcp/tcp_info/tcp-info-last_data_recv.pkt':
-        ('skipped', 14, 'tcp_info field tcpi_last_data_recv not modelled'),
     'gtests/net/tcp/tcp_info/tcp-info-rwnd-limited.pkt':
         ('skipped', 21, 'tcp_info field tcpi_rwnd_limited not modelled'),
     'gtests/net/tcp/tcp_info/tcp-info-sndbuf-limited.pkt':
@@ -279,7 +277,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="155/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="157/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

@@ -286,7 +286,7 @@ class _Runner:
         if conn is None:
             raise ScriptFail(ev.line, "%{ }% block: no socket to read tcp_info from")
         ns: dict[str, Any] = dict(CODE_CONSTANTS)
-        ns.update(conn.info())
+        ns.update(conn.info(self.now_s))
         code = textwrap.dedent(ev.code)
         where = f"{self.script.path}:{ev.line}"
         try:

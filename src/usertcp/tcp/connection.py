@@ -345,6 +345,7 @@ class Connection:
             if not self.sndbuf_locked:
                 self.tx.sndbuf_expand()    # tcp_init_buffer_space()
             self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
+            self.rx.lrcvtime = now       # tcp_finish_connect / tcp_create_openreq_child
         elif effects & Effect.ATTEMPT_FAILED:
             self.mib["TcpAttemptFails"] += 1
         self.stack.trace_state(self, old, state, now)
@@ -1063,8 +1064,6 @@ class Connection:
         elif st is State.FIN_WAIT_2:
             self._set_state(State.TIME_WAIT, now)
 
-    # ------------------------------------------------------------------ output
-
     # ------------------------------------------------------------------ timers
 
     def output(self, now: float) -> None:
@@ -1094,6 +1093,6 @@ class Connection:
 
     # ----------------------------------------------------------------- tcp_info
 
-    def info(self) -> dict[str, int]:
-        """A Linux ``struct tcp_info``-like view (``tcp/info.py``)."""
-        return tcp_info(self)
+    def info(self, now: float | None = None) -> dict[str, int]:
+        """A Linux ``struct tcp_info``-like view (``tcp/info.py``) at ``now`` (default: the last event)."""
+        return tcp_info(self, now)

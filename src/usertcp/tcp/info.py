@@ -18,8 +18,11 @@ TCPI_OPT_ECN_SEEN = 16
 TCPI_OPT_SYN_DATA = 32
 
 
-def tcp_info(conn: Connection) -> dict[str, int]:
-    """A Linux ``struct tcp_info``-like view (field names as tcpi_*)."""
+def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
+    """A Linux ``struct tcp_info``-like view (field names as tcpi_*), at ``now`` (the time
+    of the stack's last event by default)."""
+    if now is None:
+        now = conn.stack.now
     rtt = conn.rtt
     mss = max(conn.mss, 1)
     opts = 0
@@ -45,7 +48,8 @@ def tcp_info(conn: Connection) -> dict[str, int]:
         "tcpi_snd_wscale": conn.snd_wscale,
         "tcpi_rcv_wscale": conn.rcv_wscale,
         "tcpi_rto": int(rtt.timeout * 1e6),
-        "tcpi_ato": int(conn.config.delack_min * 1e6),
+        "tcpi_ato": int(conn.rx.ato * 1e6),                  # icsk_ack.ato (tcp/receive.py)
+        "tcpi_last_data_recv": int((now - conn.rx.lrcvtime) * 1000),     # jiffies_to_msecs
         "tcpi_snd_mss": conn.mss,
         "tcpi_rcv_mss": conn.rcv_mss,
         "tcpi_unacked": (conn.snd_nxt - conn.snd_una + mss - 1) // mss,
