@@ -705,5 +705,5 @@ def test_unlisted_transitions_raise(old: State, new: State) -> None:
 def test_illegal_transition_raises_where_the_state_changes() -> None:
     peer, conn = established()
     with pytest.raises(IllegalTransition):
-        conn._set_state(State.SYN_SENT, peer.now)
+        conn.set_state(State.SYN_SENT, peer.now)
     assert conn.state is State.ESTABLISHED          # refused before anything changed

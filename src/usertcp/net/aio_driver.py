@@ -23,7 +23,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from heapq import heappop
 
-from usertcp.net.driver import _EventLoop
+from usertcp.net.driver import DriverBase
 from usertcp.net.memnet import Host as NetHost
 from usertcp.net.memnet import Network
 from usertcp.net.tun import PacketSink, TunDevice, flush_to_device
@@ -133,7 +133,7 @@ class LoopDriver:
                     fut.set_result(True)
 
 
-class AsyncioDriver(_EventLoop, LoopDriver):
+class AsyncioDriver(DriverBase, LoopDriver):
     """Runs an in-memory :class:`Network` on the asyncio loop clock (real time).
 
     Create it inside the running loop (or pass ``loop``); one driver per network. It
@@ -143,7 +143,7 @@ class AsyncioDriver(_EventLoop, LoopDriver):
 
     def __init__(self, network: Network, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         LoopDriver.__init__(self, loop)
-        _EventLoop.__init__(self, network)
+        DriverBase.__init__(self, network)
         self._handle: asyncio.TimerHandle | None = None
         self._armed = float("inf")
         self._closed = False

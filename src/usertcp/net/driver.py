@@ -36,7 +36,7 @@ _MAX_TIMER_SPIN = 10_000
 Event = tuple[float, int, int, Any, Any]
 
 
-class _EventLoop:
+class DriverBase:
     """The heap and the per-endpoint stepping shared by both drivers."""
 
     def __init__(self, network: Network) -> None:
@@ -44,7 +44,7 @@ class _EventLoop:
         self._heap: list[Event] = []
         self._next_seq = itertools.count().__next__
         self.events = 0   # events processed (deliveries and live timers), for measurements
-        network._attach(self, self._schedule_delivery)
+        network.attach_driver(self, self._schedule_delivery)
 
     def _schedule_delivery(self, t: float, direction: LinkDirection, data: bytes) -> None:
         heappush(self._heap, (t, self._next_seq(), _DELIVER, direction, data))
@@ -85,7 +85,7 @@ class _EventLoop:
         """
         if ev[2] == _DELIVER:
             data = ev[4]
-            host = ev[3]._arrive(data, now)
+            host = ev[3].arrive(data, now)
             if ev[3].trusted_csum:
                 host.endpoint.receive(data, now, checksum_verified=True)
             else:
@@ -116,7 +116,7 @@ class _EventLoop:
         return len(self._heap)
 
 
-class VirtualTimeDriver(_EventLoop):
+class VirtualTimeDriver(DriverBase):
     """A deterministic discrete-event loop: time jumps from one event to the next.
 
     Single-threaded; ``lock`` is a no-op. Blocking application calls use
@@ -152,7 +152,7 @@ class VirtualTimeDriver(_EventLoop):
                 if ev[2] == _DELIVER:
                     self._now = t
                     data = ev[4]
-                    host = ev[3]._arrive(data, t)
+                    host = ev[3].arrive(data, t)
                     if ev[3].trusted_csum:       # an offload link, as loopback: no checksum pass
                         host.endpoint.receive(data, t, checksum_verified=True)
                     else:
@@ -210,7 +210,7 @@ class VirtualTimeDriver(_EventLoop):
         return True
 
 
-class RealTimeDriver(_EventLoop):
+class RealTimeDriver(DriverBase):
     """The same event loop run by a background thread against ``time.monotonic()``.
 
     Thread safety: the I/O thread holds ``lock`` (an RLock) while it steps

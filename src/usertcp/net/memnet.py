@@ -2,7 +2,7 @@
 
 The network only decides *when* and *whether* a packet arrives; a driver
 (:mod:`usertcp.net.driver`) owns the clock and the event queue and calls
-:meth:`LinkDirection._arrive` when a delivery is due. Every random decision comes
+:meth:`LinkDirection.arrive` when a delivery is due. Every random decision comes
 from the network's own ``random.Random(seed)``, so a run is reproducible from its
 seed (as long as the endpoints themselves are deterministic).
 
@@ -290,7 +290,7 @@ class LinkDirection:
         if reply is not None:
             back.send(reply, now)
 
-    def _arrive(self, data: bytes, now: float) -> Host:
+    def arrive(self, data: bytes, now: float) -> Host:
         """Account a delivery that is due now (called by the driver); returns the receiver."""
         st = self.stats
         st.delivered += 1
@@ -482,7 +482,7 @@ class Network:
         a = ip_address(address) if isinstance(address, str) else address
         return self._owner.get(a.packed)
 
-    def _attach(self, driver: object, schedule: Scheduler) -> None:
+    def attach_driver(self, driver: object, schedule: Scheduler) -> None:
         if self._schedule is not None:
             raise RuntimeError("a driver is already attached to this network")
         self.driver = driver

@@ -145,7 +145,7 @@ class Ring:
                 res = store.create(data)
             elif op is Op.READ_OBJECT:
                 res, out = store.read_object(sqe.handle, sqe.offset, sqe.length, sqe.buf)
-                self._post(ud, res, 0, out)
+                self.post_completion(ud, res, 0, out)
                 return
             elif op is Op.COMPACT:
                 res = store.compact(sqe.handle)
@@ -166,11 +166,13 @@ class Ring:
             res = -e.errno
         except (TypeError, ValueError, OverflowError, AttributeError):
             res = -errno.EINVAL               # malformed entry: wrong field types
-        self._post(ud, res, 0, None)
+        self.post_completion(ud, res, 0, None)
 
     # ------------------------------------------------------------ completion side
 
-    def _post(self, user_data: int, res: int, flags: int, data: bytes | None) -> None:
+    def post_completion(self, user_data: int, res: int, flags: int, data: bytes | None) -> None:
+        """Queue one completion (the store's side of the ring); past cq_entries it waits in the
+        overflow list (io_uring's CQ overflow)."""
         cqe = Cqe(user_data, res, flags, data)
         with self._cq_lock:
             if len(self._cq) < self.cq_entries and not self._overflow:

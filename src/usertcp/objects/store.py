@@ -590,12 +590,12 @@ class Store:
             data = bytes(op.out)
             if op.buf is not None:
                 op.buf[:n] = data
-            op.ring._post(op.user_data, n, 0, data)
+            op.ring.post_completion(op.user_data, n, 0, data)
         elif op.kind is Op.DISCARD:
             self.stats["discarded_bytes"] += n
-            op.ring._post(op.user_data, n, 0, None)
+            op.ring.post_completion(op.user_data, n, 0, None)
         else:
-            op.ring._post(op.user_data, self._capture(op.views, n), 0, None)
+            op.ring.post_completion(op.user_data, self._capture(op.views, n), 0, None)
 
     def _capture(self, views: list[memoryview], n: int) -> int:
         """Install a finished capture; its reservation (n bytes, a version, an extent) becomes
@@ -629,7 +629,7 @@ class Store:
             self.versions -= 1
             self.extents -= 1
             op.views = []
-        op.ring._post(op.user_data, -err, 0, None)
+        op.ring.post_completion(op.user_data, -err, 0, None)
 
     # ---------------------------------------------------------------------- sends
 
@@ -738,7 +738,7 @@ class Store:
         s.views.clear()
         for o in s.objs:
             self._unref(o)
-        s.ring._post(s.user_data, res, CQE_F_CONSUMED if s.consumed else 0, None)
+        s.ring.post_completion(s.user_data, res, CQE_F_CONSUMED if s.consumed else 0, None)
 
     # -------------------------------------------------------------------- plumbing
 

@@ -1,4 +1,9 @@
-"""One TCP connection: the RFC 9293 state machine with its reliability machinery.
+"""One TCP connection: the control block, the RFC 9293 §3.10 arrival steps and the user calls.
+
+The parts of the connection live beside it, each an object the connection owns: opening
+(``tcp/handshake.py``), loss recovery (``tcp/recovery.py``), what to send (``tcp/output.py``),
+receiving data (``tcp/receive.py``), the timers (``tcp/timers.py``) and the state table
+(``tcp/states.py``). The connection talks to its stack only through ``tcp/host.py``.
 
 Sans-IO: every entry point takes ``now`` (seconds) and never reads a clock. The
 connection appends the packets it wants sent to its stack's output queue and
@@ -28,49 +33,19 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
-from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
-from usertcp.tcp.info import (
-    tcp_info,
-)
+from usertcp.tcp.handshake import Handshake
+from usertcp.tcp.info import tcp_info
 from usertcp.tcp.md5sig import Md5Keys
-from usertcp.tcp.output import (
-    IP_PMTUDISC_WANT,
-    MAX_WINDOW,
-    Output,
-)
+from usertcp.tcp.output import IP_PMTUDISC_WANT, MAX_WINDOW, Output
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.receive import Receive
-from usertcp.tcp.recovery import (
-    ECN_OK,
-    INF,
-    Recovery,
-)
+from usertcp.tcp.recovery import INF, Recovery
 from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
-from usertcp.tcp.states import (
-    CURR_ESTAB,
-    RECEIVING,
-    SENDING,
-    SYNCHRONIZED,
-    Effect,
-    State,
-    transition_effects,
-)
+from usertcp.tcp.states import CURR_ESTAB, RECEIVING, SENDING, SYNCHRONIZED, Effect, State, transition_effects
 from usertcp.tcp.timers import Timers
-from usertcp.wire.segment import (
-    ACK,
-    AE,
-    CWR,
-    ECE,
-    ECN_NOT_ECT,
-    FIN,
-    RST,
-    SYN,
-    URG,
-    Buffer,
-    Segment,
-)
+from usertcp.wire.segment import ACK, FIN, RST, SYN, URG, Buffer, Segment
 
 if TYPE_CHECKING:
     from usertcp.tcp.config import StackConfig
@@ -78,22 +53,6 @@ if TYPE_CHECKING:
     from usertcp.tcp.stack import Listener
 
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
-
-
-
-
-
-
-def ecn_syn_acceptable(seg: Segment, cfg: StackConfig) -> bool:
-    """Linux tcp_ecn_create_request(): does a SYN set up ECN for the passive side?
-
-    RFC 3168 §6.1.1: an ECN-setup SYN has ECE and CWR set; any non-zero tcp_ecn accepts it.
-    A SYN that is itself ECT-marked is refused (RFC 3168 §6.1.1: SYNs are not ECT, so a
-    marked one hints at a broken middlebox), unless a reserved bit (AccECN's AE) is set.
-    """
-    if seg.flags & (ECE | CWR) != ECE | CWR or not cfg.ecn:
-        return False
-    return seg.ecn == ECN_NOT_ECT or bool(seg.flags & AE)
 
 
 class ReceiveClaimedError(OSError):
@@ -138,6 +97,7 @@ class Connection:
         self.timers = Timers(self)
         self.recovery = Recovery(self, cfg.reordering)
         self.tx = Output(self)
+        self.handshake = Handshake(self)
         self.rx = Receive(self, cfg.quickack_segments)
         self._init_send_space(cfg)
         self._init_receive_space(cfg)
@@ -266,9 +226,6 @@ class Connection:
         fmt = self.stack.fmt_addr
         return f"{fmt(self.local_ip)}:{self.local_port}-{fmt(self.remote_ip)}:{self.remote_port}"
 
-    def _seq(self, off: int) -> int:
-        return (self.iss + off) & SEQ_MASK
-
     def snd_off(self, seq: int) -> int:
         """Map a 32-bit ACK number onto the send offset space near snd_una."""
         return self.snd_una + seq_diff(seq, (self.iss + self.snd_una) & SEQ_MASK)
@@ -325,7 +282,7 @@ class Connection:
     def is_synchronized(self) -> bool:
         return self.state in SYNCHRONIZED
 
-    def _set_state(self, state: State, now: float) -> None:
+    def set_state(self, state: State, now: float) -> None:
         """Take one transition of the state table (``tcp/states.py``) with its side effects;
         a transition the table does not list raises ``IllegalTransition``."""
         old = self.state
@@ -367,107 +324,6 @@ class Connection:
         self.mss = max(mss, 64)
         self.cc.set_mss(self.mss)
 
-    # ----------------------------------------------------------- segment output
-
-    # ------------------------------------------------------------------ opening
-
-    def start_active_open(self, now: float) -> None:
-        """RFC 9293 §3.10.1 OPEN call, active: choose an ISS and send a SYN."""
-        if self.md5_keys is not None:
-            self.md5_key = self.md5_keys.lookup(self.remote_ip)
-        self.iss = self.stack.new_isn(self, now)
-        self.ts_offset = self.stack.ts_offset(self)
-        self.snd_una = 0
-        self.snd_nxt = 0
-        self.snd_max = 0
-        # Linux tcp_ecn_send_syn: only tcp_ecn=1 requests ECN on an active open.
-        self.ecn_flags = ECN_OK if self.config.ecn == ECN_ON else 0
-        self._set_state(State.SYN_SENT, now)
-        self.timers.first_rto_time = now
-        self.rx.init_window(True)          # tcp_select_initial_window (tcp/window.py)
-        self.tx.send_syn(now)
-        self.reschedule()
-
-    def start_passive_open(self, seg: Segment, listener: Listener, now: float) -> None:
-        """A SYN arrived at a listener (RFC 9293 §3.10.7.2): record it and send a SYN-ACK."""
-        self.passive = True
-        self.listener = listener
-        self.irs = seg.seq
-        self.rcv_nxt = 1
-        self.rcv_adv = 1
-        self.last_ack_sent = 1
-        self.iss = self.stack.new_isn(self, now)
-        self.ts_offset = self.stack.ts_offset(self)
-        self._negotiate(seg, now)
-        self.rx.init_window(self.ws_ok)
-        self.ecn_flags = ECN_OK if ecn_syn_acceptable(seg, self.config) else 0
-        self.snd_wnd = seg.window          # RFC 7323 §2.2: the window in a SYN is not scaled
-        self.max_snd_wnd = self.snd_wnd
-        self.snd_wl1 = 0
-        self.snd_wl2 = 0
-        self._set_state(State.SYN_RECEIVED, now)
-        self.timers.first_rto_time = now
-        self.stack.on_passive_syn(self, seg, now)
-        self.tx.send_syn(now)
-        self.reschedule()
-
-    def open_from_cookie(self, listener: Listener, ack: Segment, peer_mss: int, wscale: int, sack: bool,
-                         ts_off: int, ecn: bool, now: float) -> None:
-        """Become the child ``start_passive_open`` would have left after its SYN-ACK, from the
-        3rd ACK of a validated SYN cookie (Linux cookie_v4_check -> tcp_get_cookie_sock). The
-        peer's SYN window is unknown: the 3rd ACK's window replaces it (_establish_passive)."""
-        cfg = self.config
-        self.passive = True
-        self.listener = listener
-        self.irs = (ack.seq - 1) & SEQ_MASK
-        self.iss = (ack.ack - 1) & SEQ_MASK
-        self.rcv_nxt = self.rcv_adv = self.last_ack_sent = 1
-        self.ts_offset = ts_off
-        self.ts_ok = ack.ts_val >= 0
-        if self.ts_ok:
-            self.ts_recent = ack.ts_val      # Linux: req->ts_recent = the ACK's TSval
-            self.ts_recent_time = now
-        self.ws_ok = wscale >= 0
-        self.snd_wscale = wscale if self.ws_ok else 0
-        self.rcv_wscale = cfg.rcv_wscale if self.ws_ok else 0
-        self.sack_ok = sack
-        self.peer_mss = peer_mss
-        self.compute_mss()
-        self.rx.initialize_rcv_mss()       # Linux tcp_initialize_rcv_mss
-        self.tx.window_field(True)           # the SYN-ACK's window: syn_window and rcv_adv
-        self.snd_una = 0
-        self.snd_nxt = self.snd_max = 1      # the SYN-ACK went out
-        # No handshake RTT sample without timestamps (the SYN-ACK's send time is not stored):
-        # Linux's cookie request has snt_synack = 0. With timestamps the echoed TSval gives one.
-        self.syn_retries = 1
-        self.timers.first_rto_time = now
-        self._set_state(State.SYN_RECEIVED, now)
-        if ecn:
-            self.ecn_flags = ECN_OK
-
-    def accept_syn_data(self, payload: memoryview, fin: bool) -> None:
-        """A fast-open SYN's data (and FIN) is received at SYN time and acknowledged by the
-        SYN-ACK (RFC 7413 §4.2.2, Linux tcp_fastopen_add_skb)."""
-        plen = len(payload)
-        if plen:
-            self.rcv_buf.append(payload)
-            self.rcv_nxt += plen
-            self.bytes_received += plen
-            self.data_segs_in += 1
-        if fin:
-            self.rcv_nxt += 1
-            self.fin_received = True     # _establish_passive moves on to CLOSE_WAIT
-        if plen or fin:
-            self.syn_data_acked = True   # tcpi_options TCPI_OPT_SYN_DATA
-        self.rcv_adv = max(self.rcv_adv, self.rcv_nxt)
-
-    def rewind_syn_data(self, to_off: int) -> None:
-        """Data sent with the SYN (or SYN-ACK) was not all acknowledged: send again from
-        ``to_off`` now rather than at the RTO (Linux tcp_rcv_fastopen_synack)."""
-        self.recovery.rtx.clear()
-        self.snd_nxt = to_off
-        self.total_retrans += 1
-
     def pmtu_reduced(self, mtu: int) -> bool:
         """A path MTU report (RFC 1191, RFC 8201): if it is smaller, take it and recompute
         the MSS; False if it is not smaller than what is known."""
@@ -489,21 +345,21 @@ class Connection:
         if self.on_writable is not None:
             self.on_writable(self)
 
-    def _negotiate(self, seg: Segment, now: float) -> None:
-        """Options from the peer's SYN (RFC 7323 §2.2/§3.2, RFC 2018 §2, RFC 9293 §3.7.1)."""
-        cfg = self.config
-        self.ws_ok = cfg.window_scaling and seg.wscale >= 0
-        self.snd_wscale = min(seg.wscale, 14) if self.ws_ok else 0
-        if not self.ws_ok:
-            self.rcv_wscale = 0
-        self.sack_ok = cfg.sack and seg.sack_permitted
-        self.ts_ok = cfg.timestamps and seg.ts_val >= 0
-        if self.ts_ok:
-            self.ts_recent = seg.ts_val
-            self.ts_recent_time = now
-        self.peer_mss = seg.mss if seg.mss > 0 else (1220 if self.v6 else 536)
-        self.compute_mss()
-        self.rx.initialize_rcv_mss()       # Linux tcp_initialize_rcv_mss
+    def inherit(self, options: dict[str, object], md5_keys: Md5Keys | None) -> None:
+        """A passive child takes what its listening socket set (Linux sk_clone): the socket
+        options, and the TCP-MD5 key for its peer (RFC 2385)."""
+        for name, value in options.items():
+            setattr(self, name, value)
+        if md5_keys is not None:
+            self.md5_keys = md5_keys
+            self.md5_key = md5_keys.lookup(self.remote_ip)
+
+    def mark_accepted(self, fastopen_child: bool) -> None:
+        """accept() handed this connection to the application. A fast-open child reset in
+        SYN_RECV stayed queued; Linux tcp_reset reports ECONNRESET on it."""
+        self.accepted = True
+        if fastopen_child and self.state is State.CLOSED and not self.error:
+            self.error = errno.ECONNRESET
 
     # ----------------------------------------------------------- user commands
 
@@ -607,9 +463,9 @@ class Connection:
     def _queue_fin(self, now: float) -> None:
         self.fin_queued = True
         if self.state is State.ESTABLISHED:
-            self._set_state(State.FIN_WAIT_1, now)
+            self.set_state(State.FIN_WAIT_1, now)
         elif self.state is State.CLOSE_WAIT:
-            self._set_state(State.LAST_ACK, now)
+            self.set_state(State.LAST_ACK, now)
         self.tx.run(now)
 
     def close(self, now: float) -> None:
@@ -642,7 +498,7 @@ class Connection:
                     if not len(self.snd_buf) and not self.passive:
                         # RFC 9293 §3.10.4: nothing to send, so send the FIN now and enter
                         # FIN-WAIT-1; with data queued, the FIN waits for ESTABLISHED.
-                        self._set_state(State.FIN_WAIT_1, now)
+                        self.set_state(State.FIN_WAIT_1, now)
                         self.tx.emit_new(now, max(self.snd_nxt, 1), 0, fin=True)
                 else:
                     self._queue_fin(now)
@@ -670,7 +526,7 @@ class Connection:
         if self.closed_by_app and self.rcv_buf.acct is not None:
             self.rcv_buf.acct.used -= len(self.rcv_buf)
             self.rcv_buf.acct = None
-        self._set_state(State.CLOSED, now)
+        self.set_state(State.CLOSED, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF
         self.recovery.rtx.clear()
@@ -683,7 +539,7 @@ class Connection:
         if self.on_writable is not None:
             self.on_writable(self)
 
-    def _reset_by_peer(self, now: float) -> None:
+    def reset_by_peer(self, now: float) -> None:
         if self.state is State.SYN_SENT:
             self.error = errno.ECONNREFUSED
         elif self.state is State.CLOSE_WAIT:
@@ -714,71 +570,13 @@ class Connection:
         self.segs_in += 1
         st = self.state
         if st is State.SYN_SENT:
-            self._syn_sent_arrives(seg, now)
+            self.handshake.syn_sent_arrives(seg, now)
         else:
             self._synchronized_arrives(seg, now)
         if self.state is not State.CLOSED:
             self.tx.run(now)
             self.tx.check_space()
         self.reschedule()
-
-    def _syn_sent_arrives(self, seg: Segment, now: float) -> None:
-        """RFC 9293 §3.10.7.3, SYN-SENT."""
-        flags = seg.flags
-        if flags & ACK:
-            ack_off = seq_diff(seg.ack, self.iss)
-            if ack_off <= 0 or ack_off > self.snd_max:
-                if not flags & RST:
-                    self.stack.send_reset_for(seg, now)
-                return
-        if flags & RST:
-            if flags & ACK:
-                self._reset_by_peer(now)
-            return
-        if not flags & SYN:
-            return
-        self.irs = seg.seq
-        self.rcv_nxt = 1
-        self.rcv_adv = 1 + self.syn_window
-        self._negotiate(seg, now)
-        if self.ecn_flags & ECN_OK:
-            # RFC 3168 §6.1.1: a SYN-ACK sets ECN up with ECE alone (ECE|CWR is not a setup:
-            # Linux tcp_ecn_rcv_synack); a crossing SYN needs both (tcp_ecn_rcv_syn).
-            e = flags & (ECE | CWR)
-            if (flags & ACK and e != ECE) or (not flags & ACK and e != ECE | CWR):
-                self.ecn_flags = 0
-        if flags & ACK:
-            self._take_rtt_sample_syn(seg, now)
-            self.snd_wnd = seg.window       # unscaled in a SYN-ACK (RFC 7323 §2.2)
-            self.max_snd_wnd = self.snd_wnd
-            self.snd_wl1 = 0
-            self.snd_wl2 = seq_diff(seg.ack, self.iss)
-            self.recovery.ack_advance(seq_diff(seg.ack, self.iss), now)
-            self.stack.on_synack(self, seg, now)
-            self._set_state(State.ESTABLISHED, now)
-            self.rtt.reset_backoff()
-            self.timers.retransmits = 0
-            if len(seg.payload) or seg.flags & FIN:
-                self.rx.data_arrives(seg, 0, now)   # offset of the SYN: its data starts at 1
-            if self.fin_queued and self.write_shutdown:
-                self._set_state(State.FIN_WAIT_1, now)
-            # RFC 9293: ACK the SYN-ACK at once (data, if queued, carries it).
-            self.rx.ack_pending = max(self.rx.ack_pending, 1)
-            self.rx.ack_now = True
-        else:
-            # Simultaneous open (RFC 9293 §3.10.7.3 "fifth", Figure 7).
-            self.snd_wnd = seg.window
-            self.max_snd_wnd = self.snd_wnd
-            self._set_state(State.SYN_RECEIVED, now)
-            self.timers.rto_deadline = INF
-            self.syn_retries = 0
-            self.tx.send_syn(now)
-
-    def _take_rtt_sample_syn(self, seg: Segment, now: float) -> None:
-        if self.syn_retries == 0:
-            self.rtt.on_sample(now - self.timers.first_rto_time)
-        elif self.ts_ok and seg.ts_ecr:
-            self.ts_rtt_sample(seg.ts_ecr, now)
 
     def ts_rtt_sample(self, ecr: int, now: float) -> None:
         sample = ((self.tx.tsval(now) - ecr) & SEQ_MASK) / 1000.0
@@ -845,16 +643,7 @@ class Connection:
         flags = seg.flags
         st = self.state
         plen = len(seg.payload)
-        if st is State.SYN_RECEIVED and flags & SYN and not flags & ACK and seg.seq == self.irs:
-            # A retransmitted SYN: answer with the SYN-ACK again (Linux inet_rtx_syn_ack).
-            self.mib["UsertcpSynAckRetransOnSyn"] += 1
-            self.tx.send_syn(now)
-            return True
-        if st is State.SYN_RECEIVED and not self.passive and flags & SYN and flags & ACK \
-                and seg.seq == self.irs and self.snd_off(seg.ack) == self.snd_max:
-            # Simultaneous open (RFC 9293 Figure 8, line 6): the peer's SYN-ACK completes it.
-            # Linux tcp_validate_incoming lets exactly this SYN pass.
-            self._establish_passive(seg, self.snd_max, now)
+        if st is State.SYN_RECEIVED and self.handshake.syn_received_sequence(seg, now):
             return True
         if st is State.TIME_WAIT and flags & FIN and not flags & (SYN | RST) \
                 and seg_off + plen + 1 == self.rcv_nxt:
@@ -898,7 +687,7 @@ class Connection:
             # Linux tcp_rfc1337=0: a reset kills the TIME_WAIT (RFC 1337 would ignore it).
             self.close_now(now)
         else:
-            self._reset_by_peer(now)
+            self.reset_by_peer(now)
 
     def _syn_step(self, now: float) -> None:
         """Fourth: a SYN in a synchronized state (RFC 5961 §4): challenge ACK; a passive
@@ -914,7 +703,7 @@ class Connection:
         """Fifth: the ACK field (RFC 9293 §3.10.7.4, RFC 5961 §5.2)."""
         ack_off = self.snd_off(seg.ack)
         if self.state is State.SYN_RECEIVED:
-            if self._syn_received_ack(seg, ack_off, now):
+            if self.handshake.syn_received_ack(seg, ack_off, now):
                 return True
         if ack_off > self.snd_max:
             # RFC 9293 / RFC 5961 §5.2: an ACK for data never sent.
@@ -937,27 +726,6 @@ class Connection:
             self.tx.send_ack(now)
             self.timers.time_wait_deadline = now + self.config.time_wait
         return st is State.CLOSED or st is State.TIME_WAIT
-
-    def _syn_received_ack(self, seg: Segment, ack_off: int, now: float) -> bool:
-        """The ACK completing a handshake; True if the segment is dealt with (dropped, reset)."""
-        if not (self.snd_una < ack_off <= self.snd_max):
-            # RFC 9293: unacceptable ACK in SYN-RECEIVED -> RST with seq = SEG.ACK.
-            self.stack.send_reset_for(seg, now)
-            return True
-        lst = self.listener
-        if (self.passive and lst is not None and not lst.closed and self not in lst.tfo_children
-                and len(lst.accept_queue) >= lst.backlog):
-            # Linux tcp_check_req/syn_recv_sock: with the accept queue full the 3rd ACK is
-            # dropped (the SYN-ACK timer tries again later), or reset with abort_on_overflow.
-            self.mib["TcpExtListenOverflows"] += 1
-            self.mib["TcpExtListenDrops"] += 1
-            if self.config.abort_on_overflow:
-                self.stack.forget_embryonic(self)
-                self.stack.send_reset_for(seg, now)
-                self.close_now(now)
-            return True
-        self._establish_passive(seg, ack_off, now)
-        return self.state is State.CLOSED
 
     def _text_step(self, seg: Segment, seg_off: int, now: float) -> None:
         """Sixth (URG), seventh (data) and eighth (FIN) steps."""
@@ -1007,27 +775,6 @@ class Connection:
         end = seg_off + seg_len - 1
         return (nxt <= seg_off < nxt + wnd) or (nxt <= end < nxt + wnd)
 
-    def _establish_passive(self, seg: Segment, ack_off: int, now: float) -> None:
-        """SYN-RECEIVED -> ESTABLISHED on an acceptable ACK (RFC 9293 §3.10.7.4 fifth)."""
-        if self.syn_retries == 0:
-            self.rtt.on_sample(now - self.timers.first_rto_time)
-        elif self.ts_ok and seg.ts_ecr:
-            self.ts_rtt_sample(seg.ts_ecr, now)
-        self.snd_wnd = seg.window << self.snd_wscale
-        self.max_snd_wnd = max(self.max_snd_wnd, self.snd_wnd)
-        self.snd_wl1 = self.rcv_off(seg.seq)
-        self.snd_wl2 = ack_off
-        self.timers.rto_deadline = INF
-        self.rtt.reset_backoff()
-        self.syn_retries = 0
-        self._set_state(State.ESTABLISHED, now)
-        if self.fin_received:
-            # A fast-open SYN+FIN was taken at SYN time (tcp_fastopen_add_skb -> tcp_fin).
-            self._set_state(State.CLOSE_WAIT, now)
-        if self.fin_queued and self.write_shutdown:
-            self._set_state(State.LAST_ACK if self.fin_received else State.FIN_WAIT_1, now)
-        self.stack.on_established_passive(self, now, ack_off)
-
     # ------------------------------------------------------------- ACK handling
 
     def fin_acked(self, now: float) -> None:
@@ -1035,11 +782,11 @@ class Connection:
             return
         st = self.state
         if st is State.FIN_WAIT_1:
-            self._set_state(State.FIN_WAIT_2, now)
+            self.set_state(State.FIN_WAIT_2, now)
             if self.closed_by_app:
                 self.timers.time_wait_deadline = now + self.config.fin_timeout
         elif st is State.CLOSING:
-            self._set_state(State.TIME_WAIT, now)
+            self.set_state(State.TIME_WAIT, now)
         elif st is State.LAST_ACK:
             self.close_now(now)
 
@@ -1048,6 +795,7 @@ class Connection:
         self.timers.stop()
         self.recovery.rtx.clear()
         self.timers.time_wait_deadline = now + self.config.time_wait
+        self.was_time_wait = True
         self.stack.on_time_wait(self)
 
     # ------------------------------------------------------------ data receive
@@ -1056,13 +804,13 @@ class Connection:
         self.fin_received = True
         st = self.state
         if st is State.ESTABLISHED:
-            self._set_state(State.CLOSE_WAIT, now)
+            self.set_state(State.CLOSE_WAIT, now)
         elif st is State.FIN_WAIT_1:
             # Our FIN is not acked: step five (ACK) already moved an acked one to FIN-WAIT-2,
             # so a FIN here crosses ours (Linux tcp_fin: FIN_WAIT1 -> CLOSING).
-            self._set_state(State.CLOSING, now)
+            self.set_state(State.CLOSING, now)
         elif st is State.FIN_WAIT_2:
-            self._set_state(State.TIME_WAIT, now)
+            self.set_state(State.TIME_WAIT, now)
 
     # ------------------------------------------------------------------ timers
 
@@ -1070,17 +818,15 @@ class Connection:
         """Send what the windows allow (see ``tcp/output.py``)."""
         self.tx.run(now)
 
-    def send_ack(self, now: float) -> None:
-        self.tx.send_ack(now)
-
-    def send_rst(self, now: float) -> None:
-        """An active reset (RFC 9293 §3.10.7.4 abort): RST|ACK at snd_nxt."""
-        self.tx.send_rst(now)
-
     def next_deadline(self) -> float:
         return self.timers.next_deadline()
 
-    def handle_timer(self, now: float) -> None:
+    def timer_fires(self, deadline: float, now: float) -> None:
+        """The stack's timer entry for ``deadline`` is due: run the timers if it is still the
+        deadline this connection asked for (a rescheduled one leaves a stale entry behind)."""
+        if deadline != self.timer_deadline or self.state is State.CLOSED:
+            return
+        self.timer_deadline = INF
         self.timers.handle(now)
 
     def reschedule(self) -> None:

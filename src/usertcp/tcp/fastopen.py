@@ -147,7 +147,7 @@ class FastOpen:
         if not preload and not child and cookie_out is None:
             return
         st = TfoState(client=False)
-        conn.tfo = st
+        conn.handshake.attach_fastopen(st)
         st.cookie_out = cookie_out
         st.cookie_exp = seg.fastopen_exp
         if preload:
@@ -159,7 +159,7 @@ class FastOpen:
         mib = conn.mib
         mib["TcpExtTCPFastOpenPassive"] += 1
         # tcp_fastopen_add_skb: the SYN's data (and FIN) is received now and acked in the SYN-ACK.
-        conn.accept_syn_data(seg.payload, bool(seg.flags & FIN))
+        conn.handshake.accept_syn_data(seg.payload, bool(seg.flags & FIN))
         if preload:
             # RFC 6691 / RFC 9293 §3.7.1: the peer's MSS excludes TCP options, so the SYN-ACK's
             # options come out of it; then the peer's (unscaled) SYN window and our IW.
@@ -261,7 +261,7 @@ class FastOpen:
         if st.synack_data and 0 < ack_off < end:
             # Patches 5/6: the data in the SYN-ACK was not (all) taken; go back to the ACK
             # point (the head is trimmed by the ACK) and send the rest now, not at the RTO.
-            conn.rewind_syn_data(ack_off)
+            conn.handshake.rewind_syn_data(ack_off)
             conn.mib["UsertcpSynAckDataRetrans"] += 1
         return st.queued
 
@@ -283,10 +283,10 @@ class FastOpen:
             entry.syn_loss += 1           # Linux: SYN timed out, no cookie: note a SYN loss
         if st.syn_data > 0:
             if conn.snd_una < 1 + st.syn_data:
-                conn.rewind_syn_data(conn.snd_una)
+                conn.handshake.rewind_syn_data(conn.snd_una)
                 mib["TcpExtTCPFastOpenActiveFail"] += 1
             else:
-                conn.syn_data_acked = True   # tcpi_options TCPI_OPT_SYN_DATA
+                conn.handshake.note_syn_data_acked()   # tcpi_options TCPI_OPT_SYN_DATA
                 mib["TcpExtTCPFastOpenActive"] += 1
 
 
@@ -354,6 +354,6 @@ def tfo_connect(conn: Connection, data: Buffer, now: float) -> int:
         else:
             st.syn_cookie = b""
             st.requested = True
-        conn.tfo = st
+        conn.handshake.attach_fastopen(st)
     stack.connect(conn, now)
     return n

@@ -16,7 +16,7 @@ from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
-from usertcp.tcp.window import init_receive_window
+from usertcp.tcp.window import TS_OPTION_SPACE, select_initial_window, win_from_space
 from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, PSH, SYN, URG, Segment
 
 if TYPE_CHECKING:
@@ -47,8 +47,20 @@ class Receive:
         self.rcv_wnd_initial = MAX_WINDOW   # the SYN's window (tcp_select_initial_window)
 
     def init_window(self, wscale_ok: bool) -> None:
-        """The first window, its clamp and the window scale, before our SYN or SYN-ACK."""
-        init_receive_window(self.conn, wscale_ok)
+        """The first window, its clamp and the window scale, before our SYN or SYN-ACK
+        (Linux tcp_connect_init / tcp_openreq_init_rwin with tcp_select_initial_window)."""
+        c = self.conn
+        cfg = c.config
+        full = win_from_space(c.rcvbuf_limit)
+        clamp = self.window_clamp
+        if c.rcvbuf_locked and (clamp == 0 or clamp > full):
+            clamp = full                   # the user fixed the buffer: never offer more than it holds
+        # the SYN-ACK's segments carry the timestamp option; an active open does not know yet
+        mss = self.advmss() - (TS_OPTION_SPACE if c.passive and c.ts_ok else 0)
+        scale = wscale_ok and cfg.window_scaling
+        rcv_wnd, self.window_clamp, c.rcv_wscale = select_initial_window(full, mss, clamp, scale, cfg.rmem[2])
+        self.rcv_wnd_initial = rcv_wnd
+        c.rcv_ssthresh = min(c.rcv_ssthresh, rcv_wnd)
 
     def event_data_recv(self, now: float) -> None:
         """Linux tcp_event_data_recv, its ACK-timing part: the first data starts the delayed-ACK

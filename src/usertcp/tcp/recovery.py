@@ -10,9 +10,9 @@ reduces the window with PRR (RFC 6937); an ECN echo reduces it once per window (
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.rtx_queue import RtxQueue, SentSegment
 from usertcp.tcp.states import State
 from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
 
@@ -31,33 +31,6 @@ ECN_DEMAND_CWR = 0x4   # a CE mark arrived: set ECE on every segment until the p
 ECN_SEEN = 0x8         # an ECT or CE segment arrived
 
 
-class SentSegment:
-    """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
-
-    __slots__ = ("end", "fin", "first_tx", "lost", "retrans", "sacked", "start", "tx_count", "tx_time")
-
-    def __init__(self, start: int, end: int, fin: bool, now: float) -> None:
-        self.start = start
-        self.end = end
-        self.fin = fin
-        self.tx_time = now
-        self.first_tx = now
-        self.tx_count = 1
-        self.retrans = False
-        self.sacked = False
-        self.lost = False
-
-    def split(self, at: int) -> SentSegment:
-        """Cut this range at offset ``at`` and return the tail [at, end), which keeps the
-        transmission history (as Linux tcp_fragment copies the skb's control block)."""
-        tail = SentSegment(at, self.end, self.fin, self.tx_time)
-        tail.tx_count, tail.retrans = self.tx_count, self.retrans
-        tail.lost, tail.first_tx = self.lost, self.first_tx
-        self.end = at
-        self.fin = False
-        return tail
-
-
 class Recovery:
     """The scoreboard of one connection and its loss-recovery state (Linux tcp_sock's
     sacked_out/lost_out/retrans_out, icsk_ca_state, high_seq, prr_*, rack)."""
@@ -69,7 +42,7 @@ class Recovery:
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
-        self.rtx: deque[SentSegment] = deque()   # sent and not cumulatively acked, in order
+        self.rtx = RtxQueue()           # sent and not cumulatively acked, in order
         self.sacked_bytes = 0
         self.lost_bytes = 0
         self.retrans_bytes = 0
@@ -119,12 +92,9 @@ class Recovery:
             if right <= ack_off or left < c.snd_una:
                 c.mib["TcpExtTCPDSACKRecv"] += 1    # RFC 2883: a duplicate report
                 continue
-            i = 0
+            i = rtx.index_ending_after(left)     # Linux tcp_sacktag_bsearch
             while i < len(rtx):
                 r = rtx[i]
-                if r.end <= left:
-                    i += 1
-                    continue
                 if r.start >= right:
                     break
                 if not r.sacked:

@@ -22,7 +22,6 @@ from usertcp.tcp.counters import Counters
 from usertcp.tcp.host import FeatureHooks
 from usertcp.tcp.icmp_errors import icmp_arrives
 from usertcp.tcp.md5sig import Md5Keys
-from usertcp.tcp.recovery import INF
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.icmp import IPPROTO_ICMP, IPPROTO_ICMPV6, parse_icmp
 from usertcp.wire.md5 import verify_segment_md5
@@ -151,10 +150,7 @@ class Listener:
         """Pop one established connection, or None (the caller maps that to EAGAIN)."""
         if self.accept_queue:
             conn = self.accept_queue.pop(0)
-            conn.accepted = True
-            if conn.state is State.CLOSED and not conn.error and conn in self.tfo_children:
-                # A TFO child reset in SYN_RECV stays queued; Linux tcp_reset reports ECONNRESET.
-                conn.error = errno.ECONNRESET
+            conn.mark_accepted(conn in self.tfo_children)
             return conn
         return None
 
@@ -323,10 +319,7 @@ class Stack:
         timers = self._timers
         while timers and timers[0][0] <= now:
             deadline, _, conn = heapq.heappop(timers)
-            if conn.timer_deadline != deadline or conn.state is State.CLOSED:
-                continue
-            conn.timer_deadline = INF
-            conn.handle_timer(now)
+            conn.timer_fires(deadline, now)
 
     # ------------------------------------------------------- used by Connection
 
@@ -387,7 +380,6 @@ class Stack:
             conn.listener.embryonic.discard(conn)
 
     def on_time_wait(self, conn: Connection) -> None:
-        conn.was_time_wait = True
         self.time_wait_count += 1
         if self.time_wait_count > self.config.max_time_wait:
             self.counters.table["TcpExtTCPTimeWaitOverflow"] += 1
@@ -560,17 +552,13 @@ class Stack:
         conn = self.new_child(listener, seg)
         self.connections[conn.key] = conn
         listener.embryonic.add(conn)
-        conn.start_passive_open(seg, listener, now)
+        conn.handshake.start_passive_open(seg, listener, now)
 
     def new_child(self, listener: Listener, seg: Segment) -> Connection:
         """A passive child for ``seg``'s 4-tuple carrying what the listening socket set (Linux
         sk_clone): socket options, the peer's TCP-MD5 key, and the listener's own setup hook."""
         conn = Connection(self, seg.dst, seg.dport, seg.src, seg.sport)
-        for name, value in listener.options.items():
-            setattr(conn, name, value)
-        if listener.md5_keys is not None:
-            conn.md5_keys = listener.md5_keys
-            conn.md5_key = listener.md5_keys.lookup(seg.src)
+        conn.inherit(listener.options, listener.md5_keys)
         if listener.child_init is not None:
             listener.child_init(conn)
         return conn
@@ -641,7 +629,7 @@ class Stack:
         if conn.key in self.connections:
             raise OSError(errno.EADDRINUSE, "address already in use")
         self.connections[conn.key] = conn
-        conn.start_active_open(now)
+        conn.handshake.start_active_open(now)
 
     def _ephemeral_port(self, lip: bytes, rip: bytes, rport: int) -> int:
         lo, hi = EPHEMERAL_PORTS

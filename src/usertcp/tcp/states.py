@@ -1,7 +1,7 @@
 """The RFC 9293 connection state machine as a table (Figure 5, plus Linux's extra edges).
 
 ``TRANSITIONS`` lists every state change a :class:`~usertcp.tcp.connection.Connection`
-may make, each with the side effects of taking it. ``Connection._set_state`` looks the
+may make, each with the side effects of taking it. ``Connection.set_state`` looks the
 change up and raises :class:`IllegalTransition` for anything not listed, so a wrong edge
 fails where it happens instead of being found later by ``tcp/invariants.py``.
 
@@ -42,7 +42,7 @@ CURR_ESTAB = frozenset({State.ESTABLISHED, State.CLOSE_WAIT})
 
 
 class Effect(IntFlag):
-    """Side effects of taking a transition, run by ``Connection._set_state``."""
+    """Side effects of taking a transition, run by ``Connection.set_state``."""
 
     NONE = 0
     # The handshake completed (Linux tcp_finish_connect / tcp_init_transfer): TcpActiveOpens

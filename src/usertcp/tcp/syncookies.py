@@ -45,9 +45,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.config import TFO_SERVER_ENABLE
-from usertcp.tcp.connection import Connection, State, ecn_syn_acceptable
+from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import tfo_cookie
 from usertcp.tcp.fastopen import TfoState
+from usertcp.tcp.handshake import ecn_syn_acceptable
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import ACK, ECE, FIN, SYN, Segment
@@ -306,14 +307,14 @@ def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wsca
     """The child as Connection.start_passive_open would have left it after its SYN-ACK.
 
     Linux cookie_v4_check -> cookie_tcp_reqsk_alloc / tcp_get_cookie_sock; the peer's SYN
-    window is unknown, the 3rd ACK's window replaces it (_establish_passive).
+    window is unknown, the 3rd ACK's window replaces it (Handshake.establish_passive).
     """
     conn = stack.new_child(listener, seg)
-    conn.open_from_cookie(listener, seg, peer_mss, wscale, sack, ts_off, ecn, now)
+    conn.handshake.open_from_cookie(listener, seg, peer_mss, wscale, sack, ts_off, ecn, now)
     if listener.preload:
         st = TfoState(client=False)
         conn.queue_views([listener.preload])        # the snapshot, by reference
         st.preload_len = len(listener.preload)
-        conn.tfo = st
+        conn.handshake.attach_fastopen(st)
     stack.connections[conn.key] = conn
     return conn

@@ -5,18 +5,14 @@ default scaling ratio of 50 %), rounded down to whole segments, at most 64 KB be
 handshake has shown the peer scales windows; the window scale covers the largest buffer the
 socket could grow to (tcp_rmem[2], net.core.rmem_max), unless SO_RCVBUF locked the buffer:
 then the window is clamped to that buffer's space and the scale only covers it
-(tcp_openreq_init_rwin / tcp_connect_init).  Measured against this machine's kernel by
+(tcp_openreq_init_rwin / tcp_connect_init: ``Receive.init_window`` applies it to a connection).
+Measured against this machine's kernel by
 ``tools/kernel_receive_probe.py`` (SYN-ACK window and scale for several SO_RCVBUF values).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from usertcp.tcp.connection import Connection
-
-__all__ = ["RMEM_MAX", "TCP_MAX_WSCALE", "init_receive_window", "select_initial_window", "win_from_space"]
+__all__ = ["RMEM_MAX", "TCP_MAX_WSCALE", "TS_OPTION_SPACE", "select_initial_window", "win_from_space"]
 
 TCP_MAX_WSCALE = 14            # RFC 7323 §2.3
 U16_MAX = 0xFFFF
@@ -46,20 +42,3 @@ def select_initial_window(space: int, mss: int, window_clamp: int, wscale_ok: bo
         scale_space = min(max(space, rmem2, RMEM_MAX), window_clamp)
         wscale = min(max(scale_space.bit_length() - 1 - 15, 0), TCP_MAX_WSCALE)
     return rcv_wnd, min(U16_MAX << wscale, window_clamp), wscale
-
-
-def init_receive_window(conn: Connection, wscale_ok: bool) -> None:
-    """Choose the connection's first window, window clamp and window scale before its SYN or
-    SYN-ACK goes out; the window opens from there as data arrives (tcp_grow_window)."""
-    cfg = conn.config
-    full = win_from_space(conn.rcvbuf_limit)
-    rx = conn.rx
-    clamp = rx.window_clamp
-    if conn.rcvbuf_locked and (clamp == 0 or clamp > full):
-        clamp = full                   # the user fixed the buffer: never offer more than it holds
-    mss = rx.advmss() - (TS_OPTION_SPACE if conn.passive and conn.ts_ok else 0)
-    scale = wscale_ok and cfg.window_scaling
-    rcv_wnd, rx.window_clamp, wscale = select_initial_window(full, mss, clamp, scale, cfg.rmem[2])
-    conn.rcv_wscale = wscale
-    rx.rcv_wnd_initial = rcv_wnd
-    conn.rcv_ssthresh = min(conn.rcv_ssthresh, rcv_wnd)
