@@ -89,13 +89,13 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/tcp/fast_retransmit/fr-4pkt-fack-last-mss.pkt':
         ('failed', 27, 'timing error: expected outbound packet at 0.240000 sec but i'),
     'gtests/net/tcp/fastopen/client/blocking-connect-bypass-errno.pkt':
-        ('skipped', 38, 'setsockopt(IPPROTO_TCP, TCP_SYNCNT) not emulated'),
+        ('failed', 12, 'outbound packet differs: options (expected <mss 1460,nop,nop'),
     'gtests/net/tcp/fastopen/client/blocking-connect-bypass.pkt':
         ('failed', 12, 'outbound packet differs: options (expected <mss 1460,nop,nop'),
     'gtests/net/tcp/fastopen/client/blocking-sendmsg-multi-iov.pkt':
         ('failed', 10, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/blocking-sendto-errnos.pkt':
-        ('skipped', 34, 'setsockopt(IPPROTO_TCP, TCP_SYNCNT) not emulated'),
+        ('failed', 9, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/blocking-sendto.pkt':
         ('failed', 10, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/cookie-less-sendto.pkt':
@@ -107,7 +107,7 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/tcp/fastopen/client/fastopen-connect-keepalive.pkt':
         ('failed', 11, 'outbound packet differs: options (expected <mss 1460,nop,nop'),
     'gtests/net/tcp/fastopen/client/nonblocking-connect-bypass-errno.pkt':
-        ('skipped', 159, 'setsockopt(IPPROTO_TCP, TCP_SYNCNT) not emulated'),
+        ('skipped', 4, 'sysctl net.ipv4.tcp_fastopen_blackhole_timeout_sec=0 not mod'),
     'gtests/net/tcp/fastopen/client/nonblocking-connect-bypass.pkt':
         ('skipped', 32, 'system call epoll_create() not emulated'),
     'gtests/net/tcp/fastopen/client/nonblocking-sendmsg-multi-iov.pkt':
@@ -115,7 +115,7 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/tcp/fastopen/client/nonblocking-sendto-empty-buf.pkt':
         ('failed', 9, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/nonblocking-sendto-errnos.pkt':
-        ('skipped', 120, 'setsockopt(IPPROTO_TCP, TCP_SYNCNT) not emulated'),
+        ('skipped', 4, 'sysctl net.ipv4.tcp_fastopen_blackhole_timeout_sec=0 not mod'),
     'gtests/net/tcp/fastopen/client/nonblocking-sendto-over-mss.pkt':
         ('failed', 10, 'sendto() returned 0, expected -1 EINPROGRESS'),
     'gtests/net/tcp/fastopen/client/nonblocking-sendto.pkt':

@@ -173,3 +173,19 @@ def test_default_linux_buffer_gives_the_classic_64240_window() -> None:
     script = HANDSHAKE.replace("<mss 1460,nop,nop,sackOK,nop,wscale 8>",
                                "win 64240 <mss 1460,nop,nop,sackOK,nop,wscale 7>")
     assert_passed(run('`sysctl -q net.ipv4.tcp_rmem="4096 131072 6291456"`\n' + script))
+
+
+def test_tcp_syncnt_limits_syn_retries() -> None:
+    # TCP_SYNCNT (icsk_syn_retries): 1 retry, so the connect fails after 1 s + 2 s; out of 1..127
+    # it is EINVAL; getsockopt reports the sysctl when unset (defaults.sh: 5).
+    assert_passed(run("""\
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 getsockopt(3, IPPROTO_TCP, TCP_SYNCNT, [5], [4]) = 0
+   +0 setsockopt(3, IPPROTO_TCP, TCP_SYNCNT, [0], 4) = -1 EINVAL (Invalid argument)
+   +0 setsockopt(3, IPPROTO_TCP, TCP_SYNCNT, [128], 4) = -1 EINVAL (Invalid argument)
+   +0 setsockopt(3, IPPROTO_TCP, TCP_SYNCNT, [1], 4) = 0
+   +0 getsockopt(3, IPPROTO_TCP, TCP_SYNCNT, [1], [4]) = 0
+   +0...3 connect(3, ..., ...) = -1 ETIMEDOUT (Connection timed out)
+   +0 > S 0:0(0) <mss 1460,sackOK,TS val 100 ecr 0,nop,wscale 8>
+   +1 > S 0:0(0) <mss 1460,sackOK,TS val 1100 ecr 0,nop,wscale 8>
+"""))

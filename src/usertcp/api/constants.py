@@ -76,6 +76,7 @@ __all__ = [
     "TCP_MD5SIG",
     "TCP_MD5SIG_EXT",
     "TCP_NODELAY",
+    "TCP_SYNCNT",
     "TCP_USER_TIMEOUT",
     "AddressFamily",
     "SocketKind",
@@ -131,6 +132,7 @@ TCP_KEEPCNT: Final = 6
 TCP_INFO: Final = 11
 TCP_CONGESTION: Final = 13
 TCP_USER_TIMEOUT: Final = 18
+TCP_SYNCNT: Final = 7
 TCP_MD5SIG: Final = 14
 TCP_FASTOPEN: Final = 23
 TCP_FASTOPEN_CONNECT: Final = 30

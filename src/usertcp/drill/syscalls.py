@@ -52,7 +52,7 @@ SUPPORTED_SOCKOPTS: frozenset[tuple[str, str]] = frozenset(
     + [(lvl, n) for lvl in ("SOL_TCP", "IPPROTO_TCP") for n in (
         "TCP_NODELAY", "TCP_CORK", "TCP_MAXSEG", "TCP_USER_TIMEOUT", "TCP_KEEPIDLE", "TCP_KEEPINTVL",
         "TCP_KEEPCNT", "TCP_FASTOPEN", "TCP_FASTOPEN_KEY", "TCP_FASTOPEN_CONNECT", "TCP_FASTOPEN_NO_COOKIE",
-        "TCP_MD5SIG", "TCP_MD5SIG_EXT", "TCP_INQ")]
+        "TCP_MD5SIG", "TCP_MD5SIG_EXT", "TCP_INQ", "TCP_SYNCNT")]
     + [(lvl, n) for lvl in ("SOL_IP", "IPPROTO_IP") for n in ("IP_TOS", "IP_MTU_DISCOVER")]
 )  # fmt: skip
 

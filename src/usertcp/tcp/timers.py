@@ -120,7 +120,7 @@ class Timers:
         c = self.conn
         cfg = c.config
         st = c.state
-        limit = cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries
+        limit = c.syn_retries_max or (cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries)
         if c.syn_retries >= limit or self.user_timeout_expired(now):
             if st is State.SYN_RECEIVED and c.passive:
                 c.stack.forget_embryonic(c)
