@@ -189,3 +189,41 @@ def test_tcp_syncnt_limits_syn_retries() -> None:
    +0 > S 0:0(0) <mss 1460,sackOK,TS val 100 ecr 0,nop,wscale 8>
    +1 > S 0:0(0) <mss 1460,sackOK,TS val 1100 ecr 0,nop,wscale 8>
 """))
+
+
+def test_out_of_order_duplicates_are_dsacked() -> None:
+    # Linux tcp_data_queue_ofo: a segment already held is reported in a D-SACK block
+    # (tcp_dsack_set), a partial overlap with its duplicate part; the SACK block follows.
+    assert_passed(run(HANDSHAKE + """\
+ +.01 < . 1001:2001(1000) ack 1 win 257
+   +0 > . 1:1(0) ack 1 <nop,nop,sack 1001:2001>
+   +0 < . 1001:2001(1000) ack 1 win 257
+   +0 > . 1:1(0) ack 1 <nop,nop,sack 1001:2001 1001:2001>
+   +0 < . 1501:2501(1000) ack 1 win 257
+   +0 > . 1:1(0) ack 1 <nop,nop,sack 1501:2001 1001:2501>
+"""))
+
+
+def test_sack_blocks_fit_the_option_space() -> None:
+    # With timestamps 40 - 12 bytes leave room for 3 blocks (Linux tcp_established_options):
+    # the most recent first (RFC 2018 §4); a D-SACK takes the first of the three. Out-of-order
+    # segments do not update ts_recent (tcp_replace_ts_recent: only at or before rcv_wup).
+    assert_passed(run("""\
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 1) = 0
+   +0 < S 0:0(0) win 32792 <mss 1000,sackOK,TS val 100 ecr 0,nop,wscale 7>
+   +0 > S. 0:0(0) ack 1 <mss 1460,sackOK,TS val 0 ecr 100,nop,wscale 8>
+ +.01 < . 1:1(0) ack 1 win 257 <nop,nop,TS val 110 ecr 0>
+   +0 accept(3, ..., ...) = 4
+   +0 < . 1001:2001(1000) ack 1 win 257 <nop,nop,TS val 120 ecr 0>
+   +0 > . 1:1(0) ack 1 <nop,nop,TS val 10 ecr 110,nop,nop,sack 1001:2001>
+   +0 < . 3001:4001(1000) ack 1 win 257 <nop,nop,TS val 121 ecr 0>
+   +0 > . 1:1(0) ack 1 <nop,nop,TS val 10 ecr 110,nop,nop,sack 3001:4001 1001:2001>
+   +0 < . 5001:6001(1000) ack 1 win 257 <nop,nop,TS val 122 ecr 0>
+   +0 > . 1:1(0) ack 1 <nop,nop,TS val 10 ecr 110,nop,nop,sack 5001:6001 3001:4001 1001:2001>
+   +0 < . 7001:8001(1000) ack 1 win 257 <nop,nop,TS val 123 ecr 0>
+   +0 > . 1:1(0) ack 1 <nop,nop,TS val 10 ecr 110,nop,nop,sack 7001:8001 5001:6001 3001:4001>
+   +0 < . 1001:2001(1000) ack 1 win 257 <nop,nop,TS val 124 ecr 0>
+   +0 > . 1:1(0) ack 1 <nop,nop,TS val 10 ecr 110,nop,nop,sack 1001:2001 1001:2001 7001:8001>
+"""))

@@ -206,6 +206,11 @@ class Receive:
         else:
             # Out of order: queue it and send an immediate duplicate ACK (RFC 5681 §4.2).
             irs = c.irs
+            if c.sack_ok and c.config.dsack:
+                dup = c.ooo.duplicate_span((irs + seg_off) & SEQ_MASK, plen)
+                if dup is not None:       # Linux tcp_data_queue_ofo: D-SACK what was held
+                    self.dsack = (seg_off + dup[0], seg_off + dup[1])
+                    mib["TcpExtTCPDSACKOfoSent"] += 1
             if not c.ooo.add((irs + seg_off) & SEQ_MASK, payload, fin, (irs + nxt) & SEQ_MASK):
                 mib["TcpExtTCPOFODrop"] += 1
             else:
