@@ -227,3 +227,31 @@ def test_sack_blocks_fit_the_option_space() -> None:
    +0 < . 1001:2001(1000) ack 1 win 257 <nop,nop,TS val 124 ecr 0>
    +0 > . 1:1(0) ack 1 <nop,nop,TS val 10 ecr 110,nop,nop,sack 1001:2001 1001:2001 7001:8001>
 """))
+
+
+def test_in_order_data_beyond_the_window_is_taken_whole() -> None:
+    # Linux 6.18 (tools/kernel_receive_probe.py): 2000 bytes sent into a 1152-byte window are
+    # all acknowledged (tcp_data_queue takes an in-order segment whole while the buffer allows);
+    # data that starts beyond the window, or arrives at a zero window, is dropped with an ACK;
+    # a bare FIN at a zero window is not accepted either (6.18 has no bare-FIN exception).
+    assert_passed(run("""\
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 setsockopt(3, SOL_SOCKET, SO_RCVBUF, [1000], 4) = 0
+   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 1) = 0
+   +0 < S 0:0(0) win 502 <mss 1000,sackOK,nop,nop,nop,wscale 7>
+   +0 > S. 0:0(0) ack 1 win 1152 <mss 1460,nop,nop,sackOK,nop,wscale 0>
+   +0 < . 1:1(0) ack 1 win 502
+   +0 accept(3, ..., ...) = 4
+   +0 < . 1:2001(2000) ack 1 win 502
+   +0 > . 1:1(0) ack 2001
+   +0 < . 7001:7101(100) ack 1 win 502
+   +0 > . 1:1(0) ack 2001
+   +0 < . 2001:2305(304) ack 1 win 502
+   +0 > . 1:1(0) ack 2305 win 0
+   +0 < . 2305:2405(100) ack 1 win 502
+   +0 > . 1:1(0) ack 2305 win 0
+   +0 < F. 2305:2305(0) ack 1 win 502
+   +0 > . 1:1(0) ack 2305 win 0
+   +0 read(4, ..., 3000) = 2304
+"""))

@@ -188,6 +188,50 @@ def lone_fin_cases(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     lst.close()
 
 
+def out_of_window(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """SO_RCVBUF 1000 (a 1152-byte window): a segment across the right edge, one beyond it,
+    then data and a bare FIN at a zero window."""
+    lst = _listen(ns, 1000)
+    c = Client(dev, rd, 44000)
+    synack = c.handshake()
+    child, _ = lst.accept()
+    base = synack.seq + 1
+    c.send(TCP_ACK, b"a" * 2000, ack=base)
+    got = c.expect(0.5)
+    print(f"  2000 bytes into a {synack.window}-byte window: " +
+          (f"ACK {got[0].ack - (c.seq - 2000)} of them, win {got[0].window}" if got else "no answer"))
+    c.seq -= 2000
+    c.seq += got[0].ack - c.seq if got else 0
+    c.send(TCP_ACK, b"b" * 100, ack=base)
+    c.seq += 5000
+    c.send(TCP_ACK, b"c" * 100, ack=base)
+    got = c.expect(0.5)
+    answer = f"ACK {got[0].ack - (c.seq - 5200)}" if got else "no answer"
+    print(f"  100 bytes 5000 beyond the window: {answer}")
+    c.seq -= 5100
+    for _ in range(20):                       # fill the buffer until the window closes
+        c.send(TCP_ACK, b"d" * 500, ack=base)
+        got = c.expect(0.5)
+        if got is None:
+            break
+        c.seq = got[0].ack
+        if got[0].window == 0:
+            break
+    closed = bool(got and got[0].window == 0)
+    print(f"  window closed: {closed} at ack +{(got[0].ack - synack.ack) if got else '?'}")
+    c.send(TCP_ACK, b"e" * 100, ack=base)
+    got = c.expect(0.5)
+    print(f"  100 bytes at a zero window: ACK {'+0 (dropped)' if got and got[0].ack == c.seq - 100 else got}")
+    c.seq -= 100
+    c.send(TCP_ACK | TCP_FIN, ack=base)
+    got = c.expect(0.5)
+    verdict = "accepted (its ACK covers it)" if got and got[0].ack == c.seq else "not accepted"
+    detail = f" (ACK {got[0].ack - c.seq + 1} past the FIN's seq, win {got[0].window})" if got else ""
+    print(f"  a bare FIN at a zero window: {verdict}{detail}")
+    child.close()
+    lst.close()
+
+
 def rcv_mss(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     lst = _listen(ns, None)
     c = Client(dev, rd, 42000)
@@ -218,5 +262,7 @@ if __name__ == "__main__":
     _session([], invalid_ack_and_lone_fin)
     print("lone FIN, other cases:")
     _session([], lone_fin_cases)
+    print("out-of-window data, zero window:")
+    _session([], out_of_window)
     print("tcpi_rcv_mss:")
     _session([], rcv_mss)

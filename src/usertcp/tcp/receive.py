@@ -184,14 +184,17 @@ class Receive:
             payload = payload[cut:]
             seg_off += cut
             plen -= cut
-        # Trim to the receive window's right edge.
-        right = c.rcv_nxt + max(c.rcv_adv - c.rcv_nxt, 0)
-        if seg_off + plen > right:
-            keep = max(right - seg_off, 0)
-            payload = payload[:keep]
-            plen = keep
-            fin = False
+        # Linux tcp_data_queue does not trim to the window's right edge: a segment that starts
+        # in the window is taken whole while the receive buffer has room (tcp_try_rmem_schedule;
+        # kernel_receive_probe.py: 2000 bytes into a 1152-byte window are all ACKed). Past the
+        # buffer it is dropped, unless it is in order and nothing waits to be read (forced).
+        if seg_off + plen > c.rcv_adv:
             mib["UsertcpBeyondWindow"] += 1
+        if plen and len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit \
+                and (seg_off != nxt or len(c.rcv_buf)):
+            mib["TcpExtTCPRcvQDrop" if seg_off == nxt else "TcpExtTCPOFODrop"] += 1
+            self.schedule_ack(now, immediate=True)
+            return
         mem = c.stack.mem
         if plen and mem.limit and mem.used + plen > mem.limit:
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
