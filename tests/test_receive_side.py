@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from peer import ScriptedPeer
 from usertcp.drill.parser import parse_script
 from usertcp.drill.runner import RunOptions, ScriptResult, run_script
+from usertcp.tcp.config import StackConfig
 
 # A passive open in packetdrill's default form (no timestamps).
 HANDSHAKE = """\
@@ -255,3 +257,18 @@ def test_in_order_data_beyond_the_window_is_taken_whole() -> None:
    +0 > . 1:1(0) ack 2305 win 0
    +0 read(4, ..., 3000) = 2304
 """))
+
+
+def test_delayed_ack_timer_inflates_the_ato() -> None:
+    # Linux tcp_delack_timer_handler: an ACK that waited for the timer doubles the ATO (up to
+    # the RTO); tcp_send_delayed_ack bounds the next wait by max(srtt, TCP_DELACK_MIN).
+    peer = ScriptedPeer(StackConfig())
+    conn = peer.passive_open()
+    conn.rx.quickack = 0                      # past the quick-ACK start
+    peer.send("P.", 1, 1, payload=b"x" * 100)
+    peer.expect_nothing()
+    assert conn.rx.ato == pytest.approx(0.04)
+    peer.advance(0.04)
+    peer.expect(".", 1, 101)
+    assert conn.rx.ato == pytest.approx(0.08)
+    assert conn.rx.delack_timeout() == pytest.approx(0.04)   # srtt ~0: the 40 ms floor bounds it

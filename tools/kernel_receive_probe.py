@@ -232,6 +232,33 @@ def out_of_window(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     lst.close()
 
 
+def delack_after_timer(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """tests/drill/delayed-ack.pkt's pattern: is the segment after an interactive delayed ACK
+    acknowledged at once (the timer left interactive mode: tcp_delack_timer_handler)?"""
+    lst = _listen(ns, None)
+    c = Client(dev, rd, 45000)
+    synack = c.handshake()
+    child, _ = lst.accept()
+    base = synack.seq + 1
+    time.sleep(0.01)
+    c.send(TCP_ACK | 0x08, b"q" * 10, ack=base)
+    got = c.expect()
+    print(f"  first 10 bytes: ACKed after {got[1] * 1000:.1f} ms" if got else "  no ACK")
+    child.send(b"r" * 10)
+    c.expect()
+    time.sleep(0.01)
+    c.send(TCP_ACK | 0x08, b"s" * 10, ack=base + 10)
+    got = c.expect()
+    print(f"  10 bytes after our reply: ACKed after {got[1] * 1000:.1f} ms" if got else "  no ACK")
+    child.recv(100)
+    time.sleep(0.01)
+    c.send(TCP_ACK, b"t" * 1000, ack=base + 10)
+    got = c.expect(0.3)
+    print(f"  then 1000 bytes: ACKed after {got[1] * 1000:.1f} ms" if got else "  then 1000 bytes: no ACK")
+    child.close()
+    lst.close()
+
+
 def rcv_mss(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     lst = _listen(ns, None)
     c = Client(dev, rd, 42000)
@@ -264,5 +291,7 @@ if __name__ == "__main__":
     _session([], lone_fin_cases)
     print("out-of-window data, zero window:")
     _session([], out_of_window)
+    print("delayed ACK, then the next segment:")
+    _session([], delack_after_timer)
     print("tcpi_rcv_mss:")
     _session([], rcv_mss)

@@ -80,6 +80,17 @@ class Receive:
                 self.incr_quickack(c.config.quickack_segments)
         self.lrcvtime = now
 
+    def delack_fired(self) -> None:
+        """Linux tcp_delack_timer_handler: a delayed ACK had to wait for its timer, so the
+        ATO was too short (doubled, up to the RTO), or interactive mode was wrong (left, and
+        the ATO back to the minimum)."""
+        c = self.conn
+        if self.pingpong:
+            self.pingpong = False
+            self.ato = c.config.delack_min
+        else:
+            self.ato = min(2 * self.ato, c.rtt.timeout)
+
     def incr_quickack(self, max_quickacks: int) -> None:
         """Linux tcp_incr_quickack: allow up to half the window's worth of immediate ACKs."""
         c = self.conn

@@ -88,6 +88,7 @@ class Timers:
             self.delack_deadline = INF
             if c.rx.ack_pending:
                 c.mib["TcpExtDelayedACKs"] += 1
+                c.rx.delack_fired()
                 tx.send_ack(now)
         if c.state is not State.CLOSED and now >= self.probe_deadline:
             self.probe_deadline = INF
