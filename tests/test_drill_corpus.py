@@ -51,9 +51,9 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/packetdrill/tests/packet-timeout.pkt':
         ('failed', 8, 'timing error: expected system call return at 30.000000 sec b'),
     'gtests/net/tcp/cubic/cubic-bulk-166k-idle-restart.pkt':
-        ('skipped', 10, "command not modelled: 'tc qdisc replace dev tun0 root fq'"),
+        ('skipped', 10, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
     'gtests/net/tcp/cubic/cubic-bulk-166k.pkt':
-        ('skipped', 11, "command not modelled: 'tc qdisc replace dev tun0 root fq'"),
+        ('skipped', 11, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
     'gtests/net/tcp/cubic/cubic-hystart-delay-min-rtt-jumps-downward.pkt':
         ('skipped', 8, "command not modelled: 'echo 3 > /sys/module/tcp_cubic/parame"),
     'gtests/net/tcp/cubic/cubic-hystart-delay-rtt-jumps-upward.pkt':
@@ -181,7 +181,7 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
     'gtests/net/tcp/slow_start/slow-start-app-limited.pkt':
         ('failed', 26, "assertion failed: 'assert tcpi_snd_cwnd == 14, tcpi_snd_cwnd"),
     'gtests/net/tcp/slow_start/slow-start-fq-ack-per-2pkt.pkt':
-        ('skipped', 8, "command not modelled: 'tc qdisc replace dev tun0 root fq'"),
+        ('skipped', 8, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
     'gtests/net/tcp/splice/tcp_splice_loop_test.pkt':
         ('skipped', 6, 'setsockopt(SOL_IP, IP_FREEBIND) not emulated'),
     'gtests/net/tcp/syscall_bad_arg/fastopen-invalid-buf-ptr.pkt':
