@@ -30,8 +30,8 @@ _REMNANT = FIN | URG | SYN | PSH   # Linux TCP_REMNANT: flags a full-sized segme
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "ato", "conn", "dsack", "last_seg_size", "lrcvtime", "pingpong",
-                 "quickack", "rcv_wnd_initial", "window_clamp")
+    __slots__ = ("ack_now", "ack_pending", "ato", "ce_state", "conn", "dsack", "last_seg_size", "lrcvtime",
+                 "pingpong", "quickack", "rcv_wnd_initial", "window_clamp")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
@@ -40,6 +40,7 @@ class Receive:
         self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
         self.ack_now = False           # an ACK is owed at the end of this event
+        self.ce_state = False          # DCTCP: was the last ECT data packet CE-marked?
         self.last_seg_size = 0         # Linux icsk_ack.last_seg_size (tcp_measure_rcv_mss)
         self.ato = 0.0                 # Linux icsk_ack.ato: the delayed-ACK timeout; 0 until data came
         self.lrcvtime = 0.0            # Linux icsk_ack.lrcvtime: when the last data arrived
@@ -195,26 +196,10 @@ class Receive:
             payload = payload[cut:]
             seg_off += cut
             plen -= cut
-        # Linux tcp_data_queue does not trim to the window's right edge: a segment that starts
-        # in the window is taken whole while the receive buffer has room (tcp_try_rmem_schedule;
-        # kernel_receive_probe.py: 2000 bytes into a 1152-byte window are all ACKed). Past the
-        # buffer it is dropped, unless it is in order and nothing waits to be read (forced).
-        if seg_off + plen > c.rcv_adv:
-            mib["UsertcpBeyondWindow"] += 1
-        if plen and len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit \
-                and (seg_off != nxt or len(c.rcv_buf)):
-            mib["TcpExtTCPRcvQDrop" if seg_off == nxt else "TcpExtTCPOFODrop"] += 1
-            self.schedule_ack(now, immediate=True)
-            return
-        mem = c.stack.mem
-        if plen and mem.limit and mem.used + plen > mem.limit:
-            # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
-            # ACK restates what we have, and the peer retransmits when memory frees.
-            mib["TcpExtTCPRcvQDrop"] += 1
-            self.schedule_ack(now, immediate=True)
+        if plen and self._no_room(seg_off, plen, now):
             return
         if plen and c.ecn_flags:
-            self.ecn_check_ce(seg.ecn)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
+            self.ecn_check_ce(seg.ecn, now)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
         if seg_off == nxt:
             self._in_order(payload, fin, now, seg)
         else:
@@ -230,6 +215,29 @@ class Receive:
             else:
                 mib["TcpExtTCPOFOQueue"] += 1
             self.schedule_ack(now, immediate=True)
+
+    def _no_room(self, seg_off: int, plen: int, now: float) -> bool:
+        """Drop (and ACK) data the buffers cannot take; True when dropped.
+
+        Linux tcp_data_queue does not trim to the window's right edge: a segment that starts in
+        the window is taken whole while the receive buffer has room (tcp_try_rmem_schedule;
+        kernel_receive_probe.py: 2000 bytes into a 1152-byte window are all ACKed). Past the
+        buffer it is dropped, unless it is in order and nothing waits to be read (forced)."""
+        c = self.conn
+        mib = c.mib
+        in_order = seg_off == c.rcv_nxt
+        if seg_off + plen > c.rcv_adv:
+            mib["UsertcpBeyondWindow"] += 1
+        if len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
+            mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
+        elif c.stack.mem.limit and c.stack.mem.used + plen > c.stack.mem.limit:
+            # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
+            # ACK restates what we have, and the peer retransmits when memory frees.
+            mib["TcpExtTCPRcvQDrop"] += 1
+        else:
+            return False
+        self.schedule_ack(now, immediate=True)
+        return True
 
     def _in_order(self, payload: memoryview, fin: bool, now: float, seg: Segment | None = None) -> None:
         """Data at RCV.NXT: deliver it and what reassembly now releases, then the FIN."""
@@ -286,12 +294,15 @@ class Receive:
         else:
             self.schedule_ack(now, immediate=True)
 
-    def ecn_check_ce(self, ecn: int) -> None:
+    def ecn_check_ce(self, ecn: int, now: float) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
         c = self.conn
         ef = c.ecn_flags
         if not ef & ECN_OK:
             return
+        if c.cc.needs_ecn and ecn != ECN_NOT_ECT:
+            self.echo_ce_state(ecn == ECN_CE, now)   # CA_EVENT_ECN_IS_CE / CA_EVENT_ECN_NO_CE
+            ef = c.ecn_flags
         if ecn == ECN_CE:
             c.mib["UsertcpECNCeDataSegs"] += 1
             if not ef & ECN_DEMAND_CWR:
@@ -306,6 +317,28 @@ class Receive:
             # Not ECT on an ECN connection that has seen ECT: probably a retransmission
             # (RFC 3168 §6.1.5), so ACK it quickly.
             self.enter_quickack_mode(2)
+
+    def echo_ce_state(self, ce: bool, now: float) -> None:
+        """RFC 8257 §3.2, Linux dctcp_ece_ack_update: for a controller that measures the
+        marking fraction, ECE tells the CE state of the packets each ACK covers instead of
+        latching until CWR. When the state changes, an ACK held back by the delayed-ACK timer
+        goes out first with the old state, and the packet that changed it is ACKed at once."""
+        c = self.conn
+        if ce != self.ce_state:
+            if self.ack_pending and c.timers.delack_deadline != INF:
+                self._set_ece(self.ce_state)
+                c.tx.send_ack(now)      # acknowledges up to the prior RCV.NXT
+            self.ack_now = True         # Linux ICSK_ACK_NOW
+        self.ce_state = ce
+        self._set_ece(ce)
+
+    def _set_ece(self, ce: bool) -> None:
+        """Linux dctcp_ece_ack_cwr: ECE on the next ACKs exactly while ``ce``."""
+        c = self.conn
+        if ce:
+            c.ecn_flags |= ECN_DEMAND_CWR
+        else:
+            c.ecn_flags &= ~ECN_DEMAND_CWR
 
     def enter_quickack_mode(self, max_quickacks: int) -> None:
         """Linux tcp_enter_quickack_mode: the next ACKs go out at once, interactive mode off."""
@@ -387,7 +420,7 @@ class Receive:
         self.event_data_recv(now)
         self.grow_window(plen)
         if c.ecn_flags:
-            self.ecn_check_ce(ecn)
+            self.ecn_check_ce(ecn, now)
         c.rcv_buf.append(payload)
         c.rcv_nxt = seg_off + plen
         c.bytes_received += plen
