@@ -72,7 +72,21 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "bottleneck queue delay and utilisation: DCTCP (step, ramp marking) vs CUBIC (ECN, tail drop)"),
     "apps": ("usertcp.bench.apps",
              "uvicorn requests/s on usertcp over TUN vs the kernel (wrk); SMTP setup rate, preload or not"),
+    "hostile": ("usertcp.bench.hostile",
+                "per-ACK cost of SACK attacks; legitimate clients served during SYN flood, "
+                "zero-window hoarding and SACK storm vs no attack"),
 }
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: says which build runs, so it inspects the install only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from usertcp import builds
+
+        print(f"usertcp {usertcp.__version__} ({builds.describe()})")
+        parser.exit()
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
@@ -80,7 +94,8 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="usertcp", description="usertcp: a sans-IO TCP/IP stack in pure Python.",
         epilog="Run 'usertcp COMMAND --help' for the options of one command.")
-    parser.add_argument("--version", action="version", version=f"usertcp {usertcp.__version__}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="show the version and which build runs (pure Python or compiled), then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, cmd in COMMANDS.items():
         p = sub.add_parser(name, help=cmd.help, description=cmd.help.replace("%%", "%"))

@@ -56,6 +56,7 @@ from usertcp.drill.defaults import (
 from usertcp.drill.flow import Flow
 from usertcp.drill.inbound import InboundBuilder
 from usertcp.drill.lexer import ScriptSyntaxError
+from usertcp.drill.offload import outbound_problem
 from usertcp.drill.outbound import OutboundChecker, fragment_mismatch
 from usertcp.drill.outcome import RunOptions, ScriptFail, ScriptResult, ScriptSkip, Status
 from usertcp.drill.parser import parse_file
@@ -146,8 +147,9 @@ class _Runner:
             return
         for pkt in self._stack.datagrams_to_send():
             data = pkt.tobytes()
-            if pkt.gso_size:
-                raise ScriptFail(None, "the stack emitted a GSO packet (not expected without TSO)")
+            problem = outbound_problem(pkt, self.env.offload)   # per skb with TSO, else per packet
+            if problem:
+                raise ScriptFail(None, problem)
             self.outq.append((self.now_s, data))
             if self.opts.verbose:
                 self.log.append(f"{self.now_s:.6f} sent {len(data)} bytes")
@@ -292,7 +294,7 @@ class _Runner:
         try:
             # Verbatim first, as packetdrill hands it to Python: a backslash joins lines
             # ("assert a; \<newline>    assert b"); else each continued line on its own.
-            compiled = compile(code, where, "exec")
+            compiled = compile(code + "\n", where, "exec")   # packetdrill's file goes on after it
         except SyntaxError:
             code = code.replace("\\\n", "\n")
             compiled = None
@@ -458,6 +460,10 @@ class _Runner:
                 seg = parse_packet(data, verify_checksum=True)
             except DropPacket as exc:
                 raise ScriptFail(ev.line, f"bad outbound packet from the stack: {exc.reason}") from exc
+            cur = self.current
+            if cur is not None and (seg.sport, seg.dport, seg.dst) != (cur.local_port, cur.remote_port,
+                                                                      cur.remote_ip):
+                continue  # packetdrill sniffs the socket under test only (find_socket_for_live_packet)
             if segs:
                 prev = segs[-1][1]
                 if (prev.sport, prev.dport, prev.dst) != (seg.sport, seg.dport, seg.dst):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify
+from usertcp.tcp.buffers import truesize
 from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
@@ -36,6 +38,7 @@ class Receive:
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
         self.ack_pending = 0           # bytes received and not yet acknowledged
+        self.lrcvtime = -1.0           # when data last arrived (Linux icsk_ack.lrcvtime)
         self.quickack = quickack       # ACKs still to send at once (Linux icsk_ack.quick)
         self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
@@ -43,7 +46,6 @@ class Receive:
         self.ce_state = False          # DCTCP: was the last ECT data packet CE-marked?
         self.last_seg_size = 0         # Linux icsk_ack.last_seg_size (tcp_measure_rcv_mss)
         self.ato = 0.0                 # Linux icsk_ack.ato: the delayed-ACK timeout; 0 until data came
-        self.lrcvtime = 0.0            # Linux icsk_ack.lrcvtime: when the last data arrived
         self.window_clamp = 0          # Linux tp->window_clamp (0: none yet), see tcp/window.py
         self.rcv_wnd_initial = MAX_WINDOW   # the SYN's window (tcp_select_initial_window)
 
@@ -196,7 +198,7 @@ class Receive:
             payload = payload[cut:]
             seg_off += cut
             plen -= cut
-        if plen and self._no_room(seg_off, plen, now):
+        if plen and self._no_room(seg_off, payload, now):
             return
         if plen and c.ecn_flags:
             self.ecn_check_ce(seg.ecn, now)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
@@ -216,7 +218,7 @@ class Receive:
                 mib["TcpExtTCPOFOQueue"] += 1
             self.schedule_ack(now, immediate=True)
 
-    def _no_room(self, seg_off: int, plen: int, now: float) -> bool:
+    def _no_room(self, seg_off: int, payload: memoryview, now: float) -> bool:
         """Drop (and ACK) data the buffers cannot take; True when dropped.
 
         Linux tcp_data_queue does not trim to the window's right edge: a segment that starts in
@@ -225,12 +227,14 @@ class Receive:
         buffer it is dropped, unless it is in order and nothing waits to be read (forced)."""
         c = self.conn
         mib = c.mib
+        plen = len(payload)
         in_order = seg_off == c.rcv_nxt
         if seg_off + plen > c.rcv_adv:
             mib["UsertcpBeyondWindow"] += 1
         if len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
             mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
-        elif c.stack.mem.limit and c.stack.mem.used + plen > c.stack.mem.limit:
+        elif not c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
+                                          c.config.rmem[0]):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
             # ACK restates what we have, and the peer retransmits when memory frees.
             mib["TcpExtTCPRcvQDrop"] += 1
@@ -277,7 +281,7 @@ class Receive:
         if fin or plen:
             c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
-            c.on_readable(c)
+            notify(c, c.on_readable)
 
     def _fin(self, now: float, plen: int, immediate: bool) -> None:
         """Linux tcp_fin: in ESTABLISHED (or SYN-RECEIVED) the connection turns interactive and
@@ -427,7 +431,7 @@ class Receive:
         self.schedule_ack(now, length=plen)
         c.sk_wakeups += 1             # sk_data_ready()
         if c.on_readable is not None:
-            c.on_readable(c)
+            notify(c, c.on_readable)
         # output() has work only for these conditions; otherwise it would change nothing.
         if (self.ack_now or rec.lost_bytes or c.keepalive or tm.probe_deadline != INF
                 or c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0)
