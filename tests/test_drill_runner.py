@@ -351,7 +351,7 @@ def test_cli_summary_and_exit_status(tmp_path: Path) -> None:
     bad = tmp_path / "bad.pkt"
     bad.write_text(HANDSHAKE + "   +0 > P. 1:11(10) ack 1\n")
     skip = tmp_path / "skip.pkt"
-    skip.write_text("`nstat -a`\n" + HANDSHAKE)
+    skip.write_text("`frobnicate --now`\n" + HANDSHAKE)
     code, out = _cli(str(good))
     assert code == 0 and out.splitlines()[-1] == "1 passed, 0 failed, 0 skipped"
     code, out = _cli("--ip-version", "both", str(tmp_path))

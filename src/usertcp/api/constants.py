@@ -83,6 +83,7 @@ __all__ = [
     "TCP_NODELAY",
     "TCP_NOTSENT_LOWAT",
     "TCP_PRELOAD",
+    "TCP_SYNCNT",
     "TCP_USER_TIMEOUT",
     "AddressFamily",
     "SocketKind",
@@ -141,6 +142,7 @@ TCP_KEEPCNT: Final = 6
 TCP_INFO: Final = 11
 TCP_CONGESTION: Final = 13
 TCP_USER_TIMEOUT: Final = 18
+TCP_SYNCNT: Final = 7
 TCP_MD5SIG: Final = 14
 TCP_FASTOPEN: Final = 23
 TCP_NOTSENT_LOWAT: Final = 25

@@ -347,7 +347,7 @@ class Socket(SocketCore):
             conn = self._conn
             if conn is None:
                 return 0
-            return int(conn.readable_bytes) + (1 if conn.fin_received else 0)
+            return conn.rx.inq_hint()
 
     def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, None]:
         """As Python on Linux: a TCP socket reports no source address (None)."""

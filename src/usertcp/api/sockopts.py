@@ -67,6 +67,7 @@ from usertcp.api.constants import (
     TCP_NODELAY,
     TCP_NOTSENT_LOWAT,
     TCP_PRELOAD,
+    TCP_SYNCNT,
     TCP_USER_TIMEOUT,
     os_error,
 )
@@ -87,6 +88,7 @@ SOCK_MIN_RCVBUF: Final = 2304
 MAX_TCP_KEEPIDLE: Final = 32767
 MAX_TCP_KEEPINTVL: Final = 32767
 MAX_TCP_KEEPCNT: Final = 127
+MAX_TCP_SYNCNT: Final = 127
 # Connection attributes behind the integer options: (level, optname) -> attribute name.
 _KEEPALIVE_ATTRS: Final = {TCP_KEEPIDLE: "keepalive_time", TCP_KEEPINTVL: "keepalive_intvl",
                            TCP_KEEPCNT: "keepalive_probes"}
@@ -288,6 +290,7 @@ class SocketOptions:
             return effect
         if optname == SO_RCVBUF:
             self.rcvbuf = max(2 * min(int_value(value), self.config.rmem[2]), SOCK_MIN_RCVBUF)
+            self._attr("rcvbuf_locked", True, conn, listener)      # SOCK_RCVBUF_LOCK
             return self._attr("rcvbuf_limit", self.rcvbuf, conn, listener)
         if optname == SO_LINGER:
             onoff, secs = _linger_value(value)
@@ -371,6 +374,10 @@ class SocketOptions:
             if v < 0:
                 raise os_error(errno.EINVAL, "TCP_USER_TIMEOUT must be >= 0 (milliseconds)")
             return self._attr("user_timeout", v / 1000.0, conn, listener)
+        if optname == TCP_SYNCNT:      # icsk_syn_retries: SYN (and a listener's SYN-ACK) retries
+            if not 1 <= v <= MAX_TCP_SYNCNT:
+                raise os_error(errno.EINVAL, f"TCP_SYNCNT must be 1-{MAX_TCP_SYNCNT}")
+            return self._attr("syn_retries_max", v, conn, listener)
         return self._set_fastopen(optname, v, conn, listener)
 
     def _set_fastopen(self, optname: int, v: int, conn: Connection | None,
@@ -526,6 +533,8 @@ class SocketOptions:
             return int(self._opt(attr, conn, getattr(cfg, attr)))
         if optname == TCP_USER_TIMEOUT:
             return round(float(self._opt("user_timeout", conn, 0.0)) * 1000)
+        if optname == TCP_SYNCNT:
+            return int(self._opt("syn_retries_max", conn, 0)) or cfg.syn_retries
         if optname == TCP_FASTOPEN:
             return listener.fastopen_qlen if listener is not None else self.tfo_qlen
         if optname == TCP_FASTOPEN_CONNECT:

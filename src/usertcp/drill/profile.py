@@ -8,14 +8,24 @@ accepted; ``nstat`` and ``grep`` over ``/proc/net/tcp`` are emulated from the st
 sockets; a ``pfifo limit 0`` root qdisc on the test device makes the stack's local queue refuse
 every packet (``Stack.tx_refuse``); anything else raises :class:`Unsupported` (the runner skips
 the script with the reason).
+
+The command text is read as /bin/sh would for the forms the corpus uses: ``#`` comments (whole
+line or trailing), ``$((…))`` integer arithmetic, ``;``/``&&``/newline sequences, ``a || b``
+(``b`` runs when ``a`` fails), ``> /dev/null``/``2>&1``/``&> /dev/null`` redirections.  A
+``defaults.sh`` command runs the file the script's directory provides (packetdrill runs scripts
+from their own directory), following the corpus's symlink stubs; only a script with no such
+file (an inline test script) gets the built-in profile.
 """
 
 from __future__ import annotations
 
+import ast
+import operator
 import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from usertcp.drill.defaults import ADDRESS_DEFAULTS, SYSCTL_DEFAULTS, SysctlValue, sysctl_name
 from usertcp.drill.offload import ETHTOOL_OFFLOADS_OFF, link_gso_max_size
@@ -96,12 +106,63 @@ _HARMLESS = (
 # (txqueuelen), never drops here: the runner takes each packet off the device as soon as the
 # stack queues it, so the FIFO never holds more than the one being sent.
 _QDISC_SET = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+pfifo(?:\s+limit\s+(\d+))?$")
+_QDISC_FQ = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+\S+\s+root\s+fq\b")
 _QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
 TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
 _METRICS_FLUSH = re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$")   # the Fast Open cookie cache
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
-_REDIRECT = re.compile(r"\s*(\d?>>?\s*/dev/null|2>&1|>\s*&\d)\s*")
+_REDIRECT = re.compile(r"\s*(&>\s*/dev/null|\d?>>?\s*/dev/null|2>&1|>\s*&\d)\s*")
+_ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
+_SEQUENCE = re.compile(r"\n|;|&&")
+_MAX_STUB_HOPS = 4   # git stores a symlink as a file holding its target: follow a few
+_ARITH_OPS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod,
+    ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+}  # fmt: skip
+
+
+def _arith(expr: str) -> int:
+    """``$((expr))``: shell integer arithmetic (literals, + - * / % << >> & | ^, parentheses)."""
+
+    def ev(node: ast.expr) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
+            return _ARITH_OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            return -ev(node.operand) if isinstance(node.op, ast.USub) else ev(node.operand)
+        raise ValueError(f"shell arithmetic not modelled: $(({expr}))")
+
+    try:
+        tree = ast.parse(expr.strip().replace("/", "//"), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"bad shell arithmetic $(({expr}))") from exc
+    return ev(tree.body)
+
+
+def _strip_comment(line: str) -> str:
+    """The line without a ``#`` comment (a ``#`` that starts a word, outside quotes)."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def shell_lines(command: str) -> list[str]:
+    """A backtick command's statements, as /bin/sh reads them: continuations joined, comments
+    dropped, ``$((…))`` expanded, split at newlines, ``;`` and ``&&``."""
+    text = command.replace("\\\n", " ").replace("${PPID}", "PPID").replace("$PPID", "PPID")
+    text = "\n".join(_strip_comment(line) for line in text.split("\n"))
+    text = _ARITH.sub(lambda m: str(_arith(m.group(1))), text)
+    return [s.strip() for s in _SEQUENCE.split(text) if s.strip()]
 
 
 @dataclass
@@ -110,6 +171,7 @@ class Environment:
 
     config: StackConfig
     stack_getter: Callable[[], Stack | None]
+    script_dir: Path | None = None  # relative commands (../common/defaults.sh) start here
     _nstat_base: dict[str, int] = field(default_factory=dict)
     tx_blocked: bool = False        # TEST_DEVICE's qdisc holds no packet (pfifo limit 0)
     offload: bool = True            # TEST_DEVICE offers TSO (packetdrill's tun), until ethtool -K off
@@ -120,11 +182,24 @@ class Environment:
 
     def run(self, command: str) -> None:
         """Execute one backtick command; raise Unsupported or CommandError."""
-        text = command.replace("\\\n", " ").replace("${PPID}", "PPID").replace("$PPID", "PPID")
-        for statement in re.split(r"\n|;|&&", text):
-            statement = statement.strip()
-            if statement:
-                self._statement(statement)
+        try:
+            statements = shell_lines(command)
+        except ValueError as exc:
+            raise Unsupported(f"command not understood: {command!r} ({exc})") from exc
+        for statement in statements:
+            self._alternatives(statement)
+
+    def _alternatives(self, statement: str) -> None:
+        """``a || b``: b runs only when a fails (a command we cannot model counts as failing
+        when an alternative follows: the script said what to do in that case)."""
+        choices = [c.strip() for c in statement.split("||")]
+        for i, choice in enumerate(choices):
+            try:
+                self._statement(choice)
+                return
+            except (CommandError, Unsupported):
+                if i == len(choices) - 1:
+                    raise
 
     def _statement(self, statement: str) -> None:
         try:
@@ -142,7 +217,7 @@ class Environment:
             return
         cmd = words[0]
         if _DEFAULTS_SH.search(cmd) and len(words) == 1:
-            self.load_profile()
+            self.load_profile(cmd)
             return
         if cmd == "sysctl":
             self._sysctl(words[1:], statement)
@@ -171,6 +246,10 @@ class Environment:
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=qdisc.group(2) is not None and int(qdisc.group(2)) == 0)
             return
+        if _QDISC_FQ.match(joined):
+            # fq paces each flow at sk_pacing_rate (tcp_update_pacing_rate): the transmit path
+            # has no pacing to hand it, so the timing such a script checks cannot be met.
+            raise Unsupported(f"fq qdisc: pacing not modelled by the transmit path ({statement!r})")
         qdisc = _QDISC_DEL.match(joined)
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=False)
@@ -215,9 +294,30 @@ class Environment:
 
     # ------------------------------------------------------------------ sysctls
 
-    def load_profile(self) -> None:
+    def load_profile(self, path: str = "defaults.sh") -> None:
+        """Run the ``defaults.sh`` at ``path`` (relative to the script's directory); with no
+        such file, the built-in profile (what the corpus's defaults.sh sets)."""
+        text = self._read_profile(path)
+        if text is not None:
+            self.run(text)
+            return
         for key, value in SYSCTL_DEFAULTS.items():
             self.set_sysctl(key, sysctl_text(value), "defaults.sh")
+
+    def _read_profile(self, path: str) -> str | None:
+        if self.script_dir is None:
+            return None
+        file = self.script_dir / path
+        for _ in range(_MAX_STUB_HOPS):
+            try:
+                text = file.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return None
+            stub = text.strip()
+            if "\n" in stub or not _DEFAULTS_SH.search(stub):
+                return text
+            file = file.parent / stub       # a symlink stored as its target's path
+        return None
 
     def set_sysctl(self, key: str, value: str, statement: str) -> None:
         name = sysctl_name(key)
@@ -271,17 +371,24 @@ class Environment:
                 raise Unsupported(f"command not modelled: {statement!r}")
 
     def _nstat(self, args: list[str], statement: str) -> list[str]:
-        if args:
-            raise Unsupported(f"nstat options not modelled: {statement!r}")
+        """iproute2 nstat: counters changed since its last run (its history file), with ``-n``
+        (update the history, print nothing), ``-s`` (leave the history), ``-a`` (absolute
+        values) and ``-z`` (zero counters too)."""
+        flags: set[str] = set()
+        for arg in args:
+            if not re.fullmatch(r"-[nsaz]+", arg):
+                raise Unsupported(f"nstat option {arg} not modelled: {statement!r}")
+            flags.update(arg[1:])
         stack = self.stack_getter()
         counters = dict(stack.counters.items()) if stack is not None else {}
         out = []
         for name, value in sorted(counters.items()):
-            delta = value - self._nstat_base.get(name, 0)
-            if delta:
-                out.append(f"{name:<32}{delta:>16}{0.0:>16}")
-        self._nstat_base = counters
-        return out
+            shown = value if "a" in flags else value - self._nstat_base.get(name, 0)
+            if shown or "z" in flags:
+                out.append(f"{name:<32}{shown:>16}{0.0:>16}")
+        if "s" not in flags:
+            self._nstat_base = counters
+        return [] if "n" in flags else out
 
     def _grep(self, args: list[str], lines: list[str] | None, statement: str) -> list[str]:
         if not args or args[0].startswith("-"):

@@ -20,8 +20,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from usertcp.api.ioctl import TCP_IOCTLS, tcp_ioctl
 from usertcp.api.sockopts import Effect, SocketOptions, take_error
 from usertcp.drill.ast import BinOr, Call, EllipsisExpr, Expr, Int, List, String, Struct, Symbol
+from usertcp.drill.cmsg import check_recv_control, recv_control
 from usertcp.drill.defaults import SYMBOLS, UNSUPPORTED_SYMBOLS
 from usertcp.drill.epoll import EpollCalls
 from usertcp.drill.errqueue import SendNotes, recv_errqueue
@@ -57,7 +59,7 @@ SUPPORTED_SOCKOPTS: frozenset[tuple[str, str]] = frozenset(
     + [(lvl, n) for lvl in ("SOL_TCP", "IPPROTO_TCP") for n in (
         "TCP_NODELAY", "TCP_CORK", "TCP_MAXSEG", "TCP_USER_TIMEOUT", "TCP_KEEPIDLE", "TCP_KEEPINTVL",
         "TCP_KEEPCNT", "TCP_FASTOPEN", "TCP_FASTOPEN_KEY", "TCP_FASTOPEN_CONNECT", "TCP_FASTOPEN_NO_COOKIE",
-        "TCP_MD5SIG", "TCP_MD5SIG_EXT", "TCP_NOTSENT_LOWAT")]
+        "TCP_MD5SIG", "TCP_MD5SIG_EXT", "TCP_NOTSENT_LOWAT", "TCP_INQ", "TCP_SYNCNT")]
     + [(lvl, n) for lvl in ("SOL_IP", "IPPROTO_IP") for n in ("IP_TOS", "IP_MTU_DISCOVER", "IP_FREEBIND")]
 )  # fmt: skip
 
@@ -717,7 +719,11 @@ class Syscalls:
             return recv_errqueue(self.host, sock, msg)
         iov = _iov(msg.named()["msg_iov"].value)
         want: Expr = iov[0][0] if len(iov) == 1 else EllipsisExpr()
-        return (yield from self._recv(sock, want, sum(ln for _b, ln in iov), flags))
+        n = yield from self._recv(sock, want, sum(ln for _b, ln in iov), flags)
+        bad = check_recv_control(msg, recv_control(sock.options, sock.conn), value)   # TCP_CM_INQ
+        if bad:
+            raise Mismatch(bad)
+        return n
 
     def sys_readv(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
@@ -795,17 +801,12 @@ class Syscalls:
     def sys_ioctl(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
         req = value(args[1])
-        conn = sock.conn
-        if req == S["SIOCINQ"]:
-            if sock.listener is not None:
-                raise SysError(errno.EINVAL)
-            actual = conn.readable_bytes if conn is not None else 0
-        elif req == S["SIOCOUTQ"]:
-            actual = conn.send_queue_bytes if conn is not None else 0
-        elif req == S["SIOCOUTQNSD"]:
-            actual = conn.unsent_bytes if conn is not None else 0
-        else:
+        if req not in TCP_IOCTLS:
             raise Unsupported(f"ioctl request {req:#x} not emulated")
+        try:
+            actual = tcp_ioctl(sock.conn, req, listening=sock.listener is not None)
+        except OSError as exc:
+            raise SysError(exc.errno or errno.EINVAL) from exc
         if not _ellipsis(args[2]):
             expected = value(args[2])
             if expected != actual:

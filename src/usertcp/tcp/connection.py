@@ -145,6 +145,8 @@ class Connection:
         self.last_ack_sent = 0
         self.syn_window = 0
         self.rcv_ssthresh = min(self.rcvbuf_limit, MAX_WINDOW)   # Linux tp->rcv_ssthresh
+        self.rcvbuf_locked = False     # SOCK_RCVBUF_LOCK: SO_RCVBUF set
+        self.syn_retries_max = 0       # TCP_SYNCNT (Linux icsk_syn_retries), 0: the sysctls
         self.last_rcv_time = 0.0
         self.last_snd_time = 0.0
         self.accepted = False          # handed to the application by accept()

@@ -69,6 +69,7 @@ class Handshake:
         c.ecn_flags = ECN_OK if c.config.ecn == ECN_ON or c.cc.needs_ecn else 0
         c.set_state(State.SYN_SENT, now)
         c.timers.first_rto_time = now
+        c.rx.init_window(True)          # tcp_select_initial_window (tcp/window.py)
         c.tx.send_syn(now)
         c.reschedule()
 
@@ -163,6 +164,7 @@ class Handshake:
         c.iss = c.stack.new_isn(c, now)
         c.ts_offset = c.stack.ts_offset(c)
         self.negotiate(seg, now)
+        c.rx.init_window(c.ws_ok)
         c.ecn_flags = ECN_OK if ecn_syn_acceptable(seg, c.config) else 0
         c.snd_wnd = seg.window          # RFC 7323 §2.2: the window in a SYN is not scaled
         c.max_snd_wnd = c.snd_wnd
@@ -196,8 +198,8 @@ class Handshake:
         c.rcv_wscale = cfg.rcv_wscale if c.ws_ok else 0
         c.sack_ok = sack
         c.peer_mss = peer_mss
-        c.rcv_mss = min(peer_mss, c.stack.mtu_mss(c.v6))
         c.compute_mss()
+        c.rx.initialize_rcv_mss()       # Linux tcp_initialize_rcv_mss
         c.tx.window_field(True)           # the SYN-ACK's window: syn_window and rcv_adv
         c.snd_una = 0
         c.snd_nxt = c.snd_max = 1      # the SYN-ACK went out
@@ -223,8 +225,8 @@ class Handshake:
             c.ts_recent = seg.ts_val
             c.ts_recent_time = now
         c.peer_mss = seg.mss if seg.mss > 0 else (1220 if c.v6 else 536)
-        c.rcv_mss = min(c.peer_mss, c.stack.mtu_mss(c.v6))
         c.compute_mss()
+        c.rx.initialize_rcv_mss()       # Linux tcp_initialize_rcv_mss
 
     # ------------------------------------------------------------- fast open
 

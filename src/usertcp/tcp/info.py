@@ -95,7 +95,7 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
         "tcpi_snd_wscale": conn.snd_wscale,
         "tcpi_rcv_wscale": conn.rcv_wscale,
         "tcpi_rto": int(rtt.timeout * 1e6),
-        "tcpi_ato": int(conn.config.delack_min * 1e6),
+        "tcpi_ato": int(conn.rx.ato * 1e6),                  # icsk_ack.ato (tcp/receive.py)
         "tcpi_snd_mss": conn.mss,
         "tcpi_rcv_mss": conn.rcv_mss,
         "tcpi_unacked": (conn.snd_nxt - conn.snd_una + mss - 1) // mss,

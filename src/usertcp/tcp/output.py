@@ -113,7 +113,7 @@ class Output:
         if syn:
             # RFC 7323 §2.2: the SYN window is never scaled. Its right edge is relative to
             # the peer's ISN+1, which a SYN-SENT connection learns only from the SYN-ACK.
-            wnd = min(free, MAX_WINDOW)
+            wnd = min(free, c.rx.rcv_wnd_initial)   # tcp/window.py: tcp_select_initial_window
             c.syn_window = wnd
             c.rcv_adv = max(c.rcv_adv, c.rcv_nxt + wnd)
             return wnd

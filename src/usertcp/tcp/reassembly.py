@@ -110,6 +110,28 @@ class ReassemblyQueue:
         self._fin = None
         self._bytes = 0
 
+    def duplicate_span(self, seq: int, length: int) -> tuple[int, int] | None:
+        """The bytes of a new segment ``[seq, seq+length)`` already held, as offsets from
+        ``seq``: the first overlap, extended by the next ones while they touch it (Linux
+        tcp_data_queue_ofo's tcp_dsack_set/tcp_dsack_extend: the D-SACK block, RFC 2883).
+        None when nothing overlaps."""
+        if not self._starts or length <= 0:
+            return None
+        a = self._abs(seq)
+        b = a + length
+        span: tuple[int, int] | None = None
+        i = bisect_right(self._ends, a)
+        while i < len(self._starts) and self._starts[i] < b:
+            lo, hi = max(self._starts[i], a), min(self._ends[i], b)
+            if span is None:
+                span = (lo, hi)
+            elif lo <= span[1]:
+                span = (span[0], max(span[1], hi))
+            else:
+                break
+            i += 1
+        return None if span is None else (span[0] - a, span[1] - a)
+
     # -- insertion ---------------------------------------------------------------------
 
     def add(self, seq: int, data: memoryview, fin: bool, rcv_nxt: int) -> bool:

@@ -19,16 +19,22 @@ from usertcp.tcp.recovery import ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
 from usertcp.tcp.wakeup import KEY_READABLE
-from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, SYN, Segment
+from usertcp.tcp.window import TS_OPTION_SPACE, select_initial_window, win_from_space
+from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, PSH, SYN, URG, Segment
 
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
+
+TCP_MSS_DEFAULT = 536        # RFC 1122 default MSS (Linux TCP_MSS_DEFAULT)
+TCP_MIN_MSS = 88             # Linux TCP_MIN_MSS
+_REMNANT = FIN | URG | SYN | PSH   # Linux TCP_REMNANT: flags a full-sized segment never needs
 
 
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "ce_state", "conn", "dsack", "lrcvtime", "pingpong", "quickack")
+    __slots__ = ("ack_now", "ack_pending", "ato", "ce_state", "conn", "dsack", "last_seg_size", "lrcvtime",
+                 "pingpong", "quickack", "rcv_wnd_initial", "window_clamp")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
@@ -39,6 +45,131 @@ class Receive:
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
         self.ack_now = False           # an ACK is owed at the end of this event
         self.ce_state = False          # DCTCP: was the last ECT data packet CE-marked?
+        self.last_seg_size = 0         # Linux icsk_ack.last_seg_size (tcp_measure_rcv_mss)
+        self.ato = 0.0                 # Linux icsk_ack.ato: the delayed-ACK timeout; 0 until data came
+        self.window_clamp = 0          # Linux tp->window_clamp (0: none yet), see tcp/window.py
+        self.rcv_wnd_initial = MAX_WINDOW   # the SYN's window (tcp_select_initial_window)
+
+    def init_window(self, wscale_ok: bool) -> None:
+        """The first window, its clamp and the window scale, before our SYN or SYN-ACK
+        (Linux tcp_connect_init / tcp_openreq_init_rwin with tcp_select_initial_window)."""
+        c = self.conn
+        cfg = c.config
+        full = win_from_space(c.rcvbuf_limit)
+        clamp = self.window_clamp
+        if c.rcvbuf_locked and (clamp == 0 or clamp > full):
+            clamp = full                   # the user fixed the buffer: never offer more than it holds
+        # the SYN-ACK's segments carry the timestamp option; an active open does not know yet
+        mss = self.advmss() - (TS_OPTION_SPACE if c.passive and c.ts_ok else 0)
+        scale = wscale_ok and cfg.window_scaling
+        rcv_wnd, self.window_clamp, c.rcv_wscale = select_initial_window(full, mss, clamp, scale, cfg.rmem[2])
+        self.rcv_wnd_initial = rcv_wnd
+        c.rcv_ssthresh = min(c.rcv_ssthresh, rcv_wnd)
+
+    def event_data_recv(self, now: float) -> None:
+        """Linux tcp_event_data_recv, its ACK-timing part: the first data starts the delayed-ACK
+        engine at TCP_ATO_MIN; later data moves the timeout with the inter-arrival time, and
+        data after a gap longer than the RTO is ACKed quickly again (tcp_incr_quickack)."""
+        c = self.conn
+        ato_min = c.config.delack_min
+        if not self.ato:
+            self.ato = ato_min
+        else:
+            gap = now - self.lrcvtime
+            if gap <= ato_min / 2:
+                self.ato = self.ato / 2 + ato_min / 2
+            elif gap < self.ato:
+                self.ato = min(self.ato / 2 + gap, c.rtt.timeout)
+            elif gap > c.rtt.timeout:
+                self.incr_quickack(c.config.quickack_segments)
+        self.lrcvtime = now
+
+    def delack_fired(self) -> None:
+        """Linux tcp_delack_timer_handler: a delayed ACK had to wait for its timer, so the
+        ATO was too short (doubled, up to the RTO), or interactive mode was wrong (left, and
+        the ATO back to the minimum)."""
+        c = self.conn
+        if self.pingpong:
+            self.pingpong = False
+            self.ato = c.config.delack_min
+        else:
+            self.ato = min(2 * self.ato, c.rtt.timeout)
+
+    def incr_quickack(self, max_quickacks: int) -> None:
+        """Linux tcp_incr_quickack: allow up to half the window's worth of immediate ACKs."""
+        c = self.conn
+        quick = c.rcv_adv - c.rcv_nxt
+        quick = quick // (2 * max(c.rcv_mss, 1)) if quick > 0 else 0
+        quick = min(quick or 2, max_quickacks)
+        if quick > self.quickack:
+            self.quickack = quick
+
+    def delack_timeout(self) -> float:
+        """Linux tcp_send_delayed_ack: the ATO, bounded by the RTT once it exceeds the minimum
+        (and by TCP_DELACK_MAX in interactive mode); 0 before any data (the ACK goes at the
+        next tick: a lone FIN on a connection that never received data is ACKed at once)."""
+        c = self.conn
+        cfg = c.config
+        ato = self.ato
+        if ato > cfg.delack_min:
+            max_ato = cfg.delack_max if self.pingpong else 0.5
+            srtt = c.rtt.srtt
+            if srtt is not None:
+                max_ato = min(max_ato, max(srtt, cfg.delack_min))
+            ato = min(ato, max_ato)
+        return min(ato, cfg.delack_max)
+
+    def initialize_rcv_mss(self) -> None:
+        """Linux tcp_initialize_rcv_mss: a cautious first guess of the peer's segment size
+        (at most 536 bytes) until data shows the real one (``measure_rcv_mss``)."""
+        c = self.conn
+        hint = min(self.advmss(), c.mss, TCP_MSS_DEFAULT)
+        wnd = c.rcv_adv - c.rcv_nxt
+        if wnd > 0:
+            hint = min(hint, wnd // 2)
+        c.rcv_mss = max(hint, TCP_MIN_MSS)
+
+    def inq(self) -> int:
+        """Linux tcp_inq (SIOCINQ/FIONREAD): bytes the application can read; none before the
+        handshake completes; a received FIN is not a byte."""
+        c = self.conn
+        if c.state is State.SYN_SENT or c.state is State.SYN_RECEIVED:
+            return 0
+        return len(c.rcv_buf)
+
+    def inq_hint(self) -> int:
+        """Linux tcp_inq_hint (the TCP_CM_INQ control message): as ``inq`` but a received FIN
+        counts as one, so a reader knows to read on until it sees the end of the stream."""
+        c = self.conn
+        return len(c.rcv_buf) + (1 if c.fin_received else 0)
+
+    def advmss(self) -> int:
+        """The MSS we advertise (Linux tp->advmss: the route's, clamped by TCP_MAXSEG)."""
+        c = self.conn
+        own = c.stack.mtu_mss(c.v6)
+        return min(own, c.user_mss) if c.user_mss else own
+
+    def measure_rcv_mss(self, seg_len: int, gso_size: int, flags: int) -> None:
+        """Linux tcp_measure_rcv_mss: the peer's segment size, as data arrives.
+
+        A GRO packet counts with its segment size; a segment at least as long as the current
+        estimate sets it (up to our advertised MSS). A shorter one sets it only when two in a
+        row have the same length and look full-sized (no FIN/URG/SYN/PSH, RFC 1122 sizes).
+        """
+        c = self.conn
+        lss = self.last_seg_size
+        self.last_seg_size = 0
+        length = gso_size or seg_len
+        if length >= c.rcv_mss:
+            c.rcv_mss = min(length, self.advmss())
+            return
+        header = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
+        length += header
+        if length >= TCP_MSS_DEFAULT + 20 or (length >= TCP_MIN_MSS + 20 and not flags & _REMNANT):
+            length -= header
+            self.last_seg_size = length
+            if length == lss:
+                c.rcv_mss = length
 
     def data_arrives(self, seg: Segment, seg_off: int, now: float) -> None:
         """RFC 9293 §3.10.7.4 seventh/eighth: queue in-order data, reassemble, handle FIN."""
@@ -53,7 +184,6 @@ class Receive:
         nxt = c.rcv_nxt
         if plen:
             c.data_segs_in += 1
-            self.lrcvtime = now        # tcp_event_data_recv(): icsk_ack.lrcvtime
         # Trim what was already received (RFC 9293 §3.10.7.4 "trim").
         if seg_off < nxt:
             cut = nxt - seg_off
@@ -69,41 +199,60 @@ class Receive:
             payload = payload[cut:]
             seg_off += cut
             plen -= cut
-        # Trim to the receive window's right edge.
-        right = c.rcv_nxt + max(c.rcv_adv - c.rcv_nxt, 0)
-        if seg_off + plen > right:
-            keep = max(right - seg_off, 0)
-            payload = payload[:keep]
-            plen = keep
-            fin = False
-            mib["UsertcpBeyondWindow"] += 1
-        mem = c.stack.mem
-        if plen and not mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
-                                         c.config.rmem[0]):
-            # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
-            # ACK restates what we have, and the peer retransmits when memory frees.
-            mib["TcpExtTCPRcvQDrop"] += 1
-            self.schedule_ack(now, immediate=True)
+        if plen and self._no_room(seg_off, payload, now):
             return
         if plen and c.ecn_flags:
             self.ecn_check_ce(seg.ecn, now)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
         if seg_off == nxt:
-            self._in_order(payload, fin, now)
+            self._in_order(payload, fin, now, seg)
         else:
             # Out of order: queue it and send an immediate duplicate ACK (RFC 5681 §4.2).
             irs = c.irs
+            if c.sack_ok and c.config.dsack:
+                dup = c.ooo.duplicate_span((irs + seg_off) & SEQ_MASK, plen)
+                if dup is not None:       # Linux tcp_data_queue_ofo: D-SACK what was held
+                    self.dsack = (seg_off + dup[0], seg_off + dup[1])
+                    mib["TcpExtTCPDSACKOfoSent"] += 1
             if not c.ooo.add((irs + seg_off) & SEQ_MASK, payload, fin, (irs + nxt) & SEQ_MASK):
                 mib["TcpExtTCPOFODrop"] += 1
             else:
                 mib["TcpExtTCPOFOQueue"] += 1
             self.schedule_ack(now, immediate=True)
 
-    def _in_order(self, payload: memoryview, fin: bool, now: float) -> None:
+    def _no_room(self, seg_off: int, payload: memoryview, now: float) -> bool:
+        """Drop (and ACK) data the buffers cannot take; True when dropped.
+
+        Linux tcp_data_queue does not trim to the window's right edge: a segment that starts in
+        the window is taken whole while the receive buffer has room (tcp_try_rmem_schedule;
+        kernel_receive_probe.py: 2000 bytes into a 1152-byte window are all ACKed). Past the
+        buffer it is dropped, unless it is in order and nothing waits to be read (forced)."""
+        c = self.conn
+        mib = c.mib
+        plen = len(payload)
+        in_order = seg_off == c.rcv_nxt
+        if seg_off + plen > c.rcv_adv:
+            mib["UsertcpBeyondWindow"] += 1
+        if len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
+            mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
+        elif not c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
+                                          c.config.rmem[0]):
+            # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
+            # ACK restates what we have, and the peer retransmits when memory frees.
+            mib["TcpExtTCPRcvQDrop"] += 1
+        else:
+            return False
+        self.schedule_ack(now, immediate=True)
+        return True
+
+    def _in_order(self, payload: memoryview, fin: bool, now: float, seg: Segment | None = None) -> None:
         """Data at RCV.NXT: deliver it and what reassembly now releases, then the FIN."""
         c = self.conn
         plen = len(payload)
         nxt = c.rcv_nxt
         if plen:
+            if seg is not None:     # Linux tcp_event_data_recv: measure, then grow the window
+                self.measure_rcv_mss(plen, seg.gso_size, seg.flags)
+            self.event_data_recv(now)
             self.grow_window(plen)
             if not c.read_shutdown or not c.closed_by_app:
                 c.rcv_buf.append(payload)
@@ -127,14 +276,28 @@ class Receive:
             immediate = False
         c.rcv_nxt = nxt
         if fin:
-            c.fin_arrives(now)
-            self.schedule_ack(now, immediate=True)
+            self._fin(now, plen, immediate)
         elif plen or immediate:
             self.schedule_ack(now, immediate=immediate, length=plen)
         if fin or plen:
             c.wake(KEY_READABLE)  # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
             notify(c, c.on_readable)
+
+    def _fin(self, now: float, plen: int, immediate: bool) -> None:
+        """Linux tcp_fin: in ESTABLISHED (or SYN-RECEIVED) the connection turns interactive and
+        the FIN's ACK is only scheduled, so it waits for the delayed-ACK timer unless more than
+        a full frame is unacknowledged (tcp_kernel_probe: ~40 ms after earlier data, at the next
+        tick on a connection that never received data); a FIN crossing ours in FIN-WAIT is
+        ACKed at once."""
+        c = self.conn
+        st = c.state
+        c.fin_arrives(now)
+        if st is State.ESTABLISHED or st is State.SYN_RECEIVED:
+            self.pingpong = True           # inet_csk_enter_pingpong_mode
+            self.schedule_ack(now, immediate=immediate, length=plen)
+        else:
+            self.schedule_ack(now, immediate=True)
 
     def ecn_check_ce(self, ecn: int, now: float) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
@@ -184,19 +347,16 @@ class Receive:
 
     def enter_quickack_mode(self, max_quickacks: int) -> None:
         """Linux tcp_enter_quickack_mode: the next ACKs go out at once, interactive mode off."""
-        c = self.conn
-        quick = c.rcv_adv - c.rcv_nxt
-        quick = quick // (2 * max(c.rcv_mss, 1)) if quick > 0 else 0
-        quick = min(quick or 2, max_quickacks)
-        if quick > self.quickack:
-            self.quickack = quick
+        self.incr_quickack(max_quickacks)
         self.pingpong = False
+        self.ato = self.conn.config.delack_min
 
     def grow_window(self, plen: int) -> None:
         """Linux tcp_grow_window: each full-sized segment opens the window by two MSS."""
         c = self.conn
-        if c.rcv_ssthresh < c.rcvbuf_limit and plen >= c.rcv_mss // 2:
-            c.rcv_ssthresh = min(c.rcv_ssthresh + 2 * c.rcv_mss, c.rcvbuf_limit)
+        limit = min(c.rcvbuf_limit, self.window_clamp) if self.window_clamp else c.rcvbuf_limit
+        if c.rcv_ssthresh < limit and plen >= c.rcv_mss // 2:
+            c.rcv_ssthresh = min(c.rcv_ssthresh + 2 * c.rcv_mss, limit)
 
     def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
         """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
@@ -210,12 +370,17 @@ class Receive:
             self.quickack -= 1
             self.ack_now = True
             return
-        # At least every second full-sized segment.
-        if c.rcv_nxt - c.last_ack_sent >= 2 * c.rcv_mss:
+        # Linux __tcp_ack_snd_check: more than one full frame received since the last ACK.
+        if c.rcv_nxt - c.last_ack_sent > c.rcv_mss:
             self.ack_now = True
             return
-        if tm.delack_deadline == INF:
-            tm.delack_deadline = now + c.config.delack_min
+        ato = self.delack_timeout()
+        if ato <= 0 or (tm.delack_deadline != INF and tm.delack_deadline <= now + ato / 4):
+            # No ATO yet (no data received): Linux's timer fires at the next tick; or the
+            # pending delayed ACK is about to go anyway (tcp_send_delayed_ack).
+            self.ack_now = True
+            return
+        tm.delack_deadline = min(tm.delack_deadline, now + ato)
 
 
     def after_read(self, now: float) -> None:
@@ -239,10 +404,12 @@ class Receive:
             c.ts_recent = ts_val
             c.ts_recent_time = now
 
-    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0) -> None:
+    def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0,
+                  gso_size: int = 0, flags: int = ACK) -> None:
         """Predicted in-order data with the ACK unchanged: the slow path's effects, no more.
 
-        ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce).
+        ``ecn`` is the IP header's ECN field (Linux tcp_event_data_recv -> tcp_ecn_check_ce);
+        ``gso_size`` the segment size of a GRO packet (0: a plain segment), ``flags`` the TCP flags.
         """
         c = self.conn
         tm = c.timers
@@ -256,7 +423,7 @@ class Receive:
             if c.snd_wnd and tm.probe_deadline != INF:
                 tm.probe_deadline = INF
                 tm.probes_out = 0
-        self._fast_queue(payload, now, ecn)
+        self._fast_queue(payload, now, ecn, gso_size, flags)
         # output() has work only for these conditions; otherwise it would change nothing.
         if (self.ack_now or rec.lost_bytes or c.keepalive or tm.probe_deadline != INF
                 or c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0)
@@ -265,7 +432,7 @@ class Receive:
         c.reschedule()
 
     def fast_data_ack(self, ack_off: int, payload: memoryview, ts_val: int, ts_ecr: int, now: float,
-                      ecn: int = 0) -> None:
+                      ecn: int = 0, gso_size: int = 0, flags: int = ACK) -> None:
         """Predicted in-order data whose ACK advances SND.UNA (Linux tcp_rcv_established queues
         it, then calls tcp_ack with FLAG_DATA); the effects in the slow path's order, the
         ACK first, then the data, so both paths stay byte-identical."""
@@ -273,19 +440,20 @@ class Receive:
         c.segs_in += 1
         self.fast_ts_recent(ts_val, now)
         c.recovery.fast_ack_advance(ack_off, ts_val, ts_ecr, now)
-        self._fast_queue(payload, now, ecn)
+        self._fast_queue(payload, now, ecn, gso_size, flags)
         if c.state is not State.CLOSED:
             c.tx.run(now)
             c.tx.check_space()
         c.reschedule()
 
-    def _fast_queue(self, payload: memoryview, now: float, ecn: int) -> None:
+    def _fast_queue(self, payload: memoryview, now: float, ecn: int, gso_size: int, flags: int) -> None:
         """In-order data at RCV.NXT with room known (Linux tcp_queue_rcv + tcp_event_data_recv)."""
         c = self.conn
         plen = len(payload)
         c.last_rcv_time = now
         c.data_segs_in += 1
-        self.lrcvtime = now
+        self.measure_rcv_mss(plen, gso_size, flags)
+        self.event_data_recv(now)
         self.grow_window(plen)
         if c.ecn_flags:
             self.ecn_check_ce(ecn, now)

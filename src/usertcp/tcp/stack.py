@@ -217,15 +217,19 @@ class Stack:
 
     # ------------------------------------------------------------ Endpoint API
 
-    def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False) -> None:
-        """Take one inbound IP packet. Every malformed packet is dropped and counted."""
-        self._receive(packet, now, checksum_verified)
+    def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False,
+                gso_size: int = 0) -> None:
+        """Take one inbound IP packet. Every malformed packet is dropped and counted.
+
+        ``gso_size``: the packet is a GRO aggregate of segments of that size (the device's
+        virtio_net_hdr, Linux tcp_gro_receive); TCP takes it as one segment."""
+        self._receive(packet, now, checksum_verified, gso_size)
         if self.app_faults:
             self.reset_app_faults(now)
 
-    def _receive(self, packet: Buffer, now: float, checksum_verified: bool) -> None:
+    def _receive(self, packet: Buffer, now: float, checksum_verified: bool, gso_size: int) -> None:
         self.now = now
-        if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified):
+        if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified, gso_size):
             return
         mib = self.counters.table
         try:
@@ -241,6 +245,7 @@ class Stack:
             if drop.counter == "TcpInCsumErrors":
                 mib["TcpInErrs"] += 1
             return
+        seg.gso_size = gso_size
         mib["TcpInSegs"] += 1
         mib[(_ECN_MIB4 if seg.ip_version == 4 else _ECN_MIB6)[seg.tos & 3]] += 1
         if seg.dst not in self.addresses:
@@ -276,7 +281,7 @@ class Stack:
             return
         icmp_arrives(self, msg, now)
 
-    def _fast_receive(self, packet: Buffer, now: float, checksum_verified: bool) -> bool:
+    def _fast_receive(self, packet: Buffer, now: float, checksum_verified: bool, gso_size: int) -> bool:
         """Header prediction (Linux tcp_rcv_established): handle the expected segment cheaply.
 
         One comparison of the raw 4th header word (data offset, flags, window) with the
@@ -312,11 +317,13 @@ class Stack:
         if plen and (plen > conn.rcv_adv - conn.rcv_nxt
                      or (self.mem.limit and self.mem.used + truesize(mv) > self.mem.limit)):
             return False                 # the slow path decides: a minimum, or a counted drop
-        self._fast_dispatch(conn, mv, start, tot, adv, ts_val, ts_ecr, tos, ip_len == 20, now)
+        self._fast_dispatch(conn, mv, start, tot, adv, ts_val, ts_ecr, tos, ip_len == 20, now,
+                            gso_size, (hp_word >> 16) & 0xFF)
         return True
 
     def _fast_dispatch(self, conn: Connection, mv: memoryview, start: int, tot: int, adv: int,
-                       ts_val: int, ts_ecr: int, tos: int, v4: bool, now: float) -> None:
+                       ts_val: int, ts_ecr: int, tos: int, v4: bool, now: float, gso_size: int,
+                       flags: int) -> None:
         """Linux tcp_rcv_established's fast path takes every predicted segment with
         SND.UNA <= SEG.ACK <= SND.NXT: pure ACKs (advancing or duplicate) and in-order data
         (with or without an advancing ACK). The plain cases run the specialised routines; a
@@ -330,13 +337,16 @@ class Stack:
         if tot > start:
             mib["TcpExtTCPHPHits"] += 1
         if not (adv or tot > start) or not conn.recovery.ack_state_plain:
-            conn.rx.predicted(parse_packet(mv, verify_checksum=False), now)
+            seg = parse_packet(mv, verify_checksum=False)
+            seg.gso_size = gso_size
+            conn.rx.predicted(seg, now)
         elif tot == start:
             conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
         elif adv:
-            conn.rx.fast_data_ack(conn.snd_una + adv, mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+            conn.rx.fast_data_ack(conn.snd_una + adv, mv[start:tot], ts_val, ts_ecr, now, tos & 3,
+                                  gso_size, flags)
         else:
-            conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+            conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3, gso_size, flags)
 
     def datagrams_to_send(self) -> list[TxPacket]:
         out = self._out

@@ -88,6 +88,7 @@ class Timers:
             self.delack_deadline = INF
             if c.rx.ack_pending:
                 c.mib["TcpExtDelayedACKs"] += 1
+                c.rx.delack_fired()
                 tx.send_ack(now)
         if c.state is not State.CLOSED and now >= self.probe_deadline:
             self.probe_deadline = INF
@@ -120,7 +121,7 @@ class Timers:
         c = self.conn
         cfg = c.config
         st = c.state
-        limit = cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries
+        limit = c.syn_retries_max or (cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries)
         expired = c.syn_retries >= limit or self.user_timeout_expired(now)
         c.stack.write_timeout(c, expired, now)     # Linux tcp_write_timeout
         if expired:

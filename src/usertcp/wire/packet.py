@@ -188,6 +188,7 @@ def _parse_tcp(seg: Segment, mv: memoryview, off: int, end: int, verify_checksum
     seg.raw_options = opts = mv[off + 20:hend]
     seg.payload = mv[hend:end]
     seg.checksum_ok = True
+    seg.gso_size = 0
     parse_options(seg, opts)
 
 

@@ -90,7 +90,7 @@ class Segment:
         "sport", "dport", "seq", "ack", "flags", "window", "urg_ptr", "data_offset",
         "mss", "wscale", "sack_permitted", "sack_blocks", "ts_val", "ts_ecr",
         "fastopen", "fastopen_exp", "md5", "ao", "unknown_options",
-        "payload", "tcp_header", "raw_options", "checksum_ok",
+        "payload", "tcp_header", "raw_options", "checksum_ok", "gso_size",
     )
 
     ip_version: int
@@ -122,6 +122,7 @@ class Segment:
     tcp_header: memoryview    # TCP header including options (for MD5 and the drill runner)
     raw_options: memoryview
     checksum_ok: bool
+    gso_size: int             # a GRO packet's segment size (Linux skb_shinfo()->gso_size), else 0
 
     @property
     def ecn(self) -> int:

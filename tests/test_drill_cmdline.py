@@ -1,0 +1,115 @@
+"""packetdrill's command line and script options (usertcp.drill.cmdline) and the CLI that
+takes them (usertcp drill as a drop-in for packetdrill and the kernel's ksft_runner.sh)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+import pytest
+
+from usertcp.drill import command
+from usertcp.drill.cmdline import KSFT_ARGS, ksft_families, parse_argv, resolve
+from usertcp.drill.outcome import ScriptFail, ScriptSkip
+from usertcp.drill.parser import parse_script
+from usertcp.drill.runner import RunOptions, run_script
+
+HANDSHAKE = """\
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
+   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 1) = 0
+   +0 < S 0:0(0) win 32792 <mss 1460,sackOK,nop,nop,nop,wscale 7>
+   +0 > S. 0:0(0) ack 1 <mss 1460,nop,nop,sackOK,nop,wscale 8>
+   +0 < . 1:1(0) ack 1 win 257
+   +0 accept(3, ..., ...) = 4
+"""
+
+
+def test_parse_argv_forms() -> None:
+    inv = parse_argv(["--ip_version=ipv6", "--mtu", "1520", "-D", "A=1", "-DB=2", "--define=C=3",
+                      "--strict_segments", "-v", "x.pkt", "y.pkt"])  # fmt: skip
+    assert inv.options == {"ip_version": "ipv6", "mtu": "1520", "strict_segments": "", "verbose": ""}
+    assert inv.defines == {"A": "1", "B": "2", "C": "3"}
+    assert inv.paths == ["x.pkt", "y.pkt"]
+    for bad in (["--no_such_option"], ["--strict_segments=1"], ["--mtu"], ["-D", "NOVALUE"]):
+        with pytest.raises(ValueError):
+            parse_argv(bad)
+
+
+def test_command_line_wins_over_the_script() -> None:
+    st = resolve({"tolerance_usecs": "10000", "mss": "1000"}, {"tolerance_usecs": "7000"}, "ipv4")
+    assert st.tol_us == 7000 and st.mss == 1000 and st.ip_version == "ipv4"
+    assert st.local_ip == "192.168.0.1" and st.remote_ip == "192.0.2.1"
+
+
+def test_address_families() -> None:
+    # the script pins IPv4 addresses: a run we asked for over IPv6 follows the script, noted
+    st = resolve({"remote_ip": "192.0.2.1"}, {}, "ipv6")
+    assert st.ip_version == "ipv4" and "ran over ipv4" in st.notes[0]
+    # ... but packetdrill's own --ip_version on the command line makes it a script error
+    with pytest.raises(ScriptFail, match="script error"):
+        resolve({"remote_ip": "192.0.2.1"}, {"ip_version": "ipv6"}, "ipv4")
+    with pytest.raises(ScriptFail, match="different address families"):
+        resolve({"local_ip": "192.168.0.1", "remote_ip": "fd3d:fa7b:d17d::1"}, {}, "ipv4")
+    with pytest.raises(ScriptFail, match="not an IP address"):
+        resolve({"gateway_ip": "nowhere"}, {}, "ipv4")
+    with pytest.raises(ScriptSkip):
+        resolve({}, {"ip_version": "ipv4-mapped-ipv6"}, "ipv4")
+    # the ksft runner's addresses override a script's pinned ones
+    ksft = parse_argv(KSFT_ARGS["ipv6"])
+    st = resolve({"local_ip": "192.168.0.2", "remote_ip": "10.248.0.2"}, ksft.options, "ipv6")
+    assert st.ip_version == "ipv6" and st.remote_ip == "fd3d:fa7b:d17d::1" and st.mtu == 1520
+
+
+def test_ignored_options_are_noted_and_bad_values_are_script_errors() -> None:
+    st = resolve({"wire_client": "", "send_omit_free": ""}, {}, "ipv4")
+    assert any("--wire_client ignored" in n for n in st.notes)
+    assert any("--send_omit_free ignored" in n for n in st.notes)
+    with pytest.raises(ScriptFail, match="not an integer"):
+        resolve({"mss": "big"}, {}, "ipv4")
+
+
+def test_ksft_families() -> None:
+    assert ksft_families("tcp_advmss_pmtu_ipv4.pkt") == ["ipv4"]
+    assert ksft_families("tcp_advmss_pmtu_ipv6.pkt") == ["ipv6"]
+    assert ksft_families("tcp_inq_client.pkt") == ["ipv4", "ipv6"]
+
+
+def test_conflicting_family_is_a_script_error_not_an_internal_error() -> None:
+    script = parse_script("--remote_ip=192.0.2.1\n" + HANDSHAKE, path="x.pkt")
+    res = run_script(script, RunOptions(ip_version="ipv6", options={"ip_version": "ipv6"}))
+    assert res.status == "failed" and res.reason.startswith("script error")
+    res = run_script(script, RunOptions(ip_version="ipv6"))
+    assert res.status == "passed" and "ran over ipv4" in res.reason
+
+
+def test_mss_option_makes_inbound_gro_packets() -> None:
+    # packetdrill --mss: a 10000-byte inbound segment arrives as one GRO packet of 1000-byte
+    # segments; Linux measures rcv_mss from gso_size (tcp_measure_rcv_mss) and ACKs it once.
+    body = HANDSHAKE + "   +0 < . 1:10001(10000) ack 1 win 257\n   +0 > . 1:1(0) ack 10001\n" \
+        "   +0 %{ assert tcpi_rcv_mss == RCV_MSS, tcpi_rcv_mss }%\n"
+    for opt, rcv_mss in (("--mss=1000\n", 1000), ("", 1460)):
+        res = run_script(parse_script(opt + body.replace("RCV_MSS", str(rcv_mss)), path="g.pkt"))
+        assert res.status == "passed", res.reason
+
+
+def _cli(*argv: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    out = io.StringIO()
+    return command.main(parser.parse_args(list(argv)), out), out.getvalue()
+
+
+def test_cli_takes_packetdrill_options(tmp_path: Path) -> None:
+    v4only = tmp_path / "tcp_x_ipv4.pkt"
+    v4only.write_text(HANDSHAKE)
+    both = tmp_path / "tcp_y.pkt"
+    both.write_text(HANDSHAKE)
+    code, out = _cli("--ip-version", "ksft", str(tmp_path))
+    assert code == 0 and out.splitlines()[-1] == "3 passed, 0 failed, 0 skipped"
+    code, out = _cli("--ip_version=ipv6", "--mtu=1520", "--tolerance_usecs", "5000", "-D", "X=1", str(both))
+    assert code == 0 and out.splitlines()[-1] == "1 passed, 0 failed, 0 skipped"
+    code, out = _cli("--local_ip=192.168.0.1", "--ip_version=ipv6", str(both))
+    assert code == 1 and "script error" in out

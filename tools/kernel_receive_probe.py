@@ -1,0 +1,297 @@
+"""How does *this machine's* Linux kernel receive?  The evidence behind issue 15's receive side.
+
+Run as root: ``.venv/bin/python tools/kernel_receive_probe.py``.  Each probe makes its own
+network namespace with a TUN device, makes the kernel a TCP server (it listens on 10.77.0.1)
+and plays a hand-driven client from 10.77.0.2 (inside the namespace only).  It prints:
+
+* the SYN-ACK's window and window scale for several tcp_rmem / SO_RCVBUF settings
+  (tcp_select_initial_window);
+* whether the kernel answers an ACK of data it never sent (SEG.ACK > SND.NXT) with a
+  challenge ACK, and whether that segment's TS val updated ts_recent (tcp_replace_ts_recent);
+* when a lone FIN in ESTABLISHED is ACKed (tcp_fin, delayed or not);
+* tcpi_rcv_mss after segments of several sizes (tcp_measure_rcv_mss).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from netns_helpers import PEER, TCP_ACK, TCP_FIN, TCP_SYN, US, PacketReader, Tcp, build_tcp
+from usertcp.net import netns
+from usertcp.net.tun import TunDevice
+from usertcp.wire.segment import TxPacket
+
+TCP_INFO = 11
+PORT = 8080
+# the client's SYN options: mss 1460, sackOK, TS, nop, wscale 7
+SYN_OPTS = (struct.pack("!BBH", 2, 4, 1460) + bytes([4, 2, 8, 10]) + struct.pack("!II", 100, 0)
+            + bytes([1, 3, 3, 7]))
+
+
+def _session(sysctls: list[str], body: Callable[[TunDevice, PacketReader, str], None]) -> None:
+    ns = netns.create_namespace("rcvprobe")
+    try:
+        dev = TunDevice.open("ut0", offload=False, netns=ns)
+        try:
+            dev.configure(peer_address=f"{PEER}/24", mtu=1500)
+            for s in sysctls:
+                subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", s], check=True)
+            body(dev, PacketReader(dev.read_batch, dev.fd), ns)
+        finally:
+            dev.close()
+    finally:
+        netns.remove_namespace(ns)
+
+
+class Client:
+    """Our side of one connection to the kernel's listener."""
+
+    def __init__(self, dev: TunDevice, rd: PacketReader, sport: int) -> None:
+        self.dev, self.rd, self.sport = dev, rd, sport
+        self.seq = 1000
+        self.ack = 0
+        self.tsval = 100
+
+    def send(self, flags: int, payload: bytes = b"", *, ack: int | None = None, tsval: int | None = None,
+             options: bytes | None = None) -> None:
+        ts = struct.pack("!BBBBII", 1, 1, 8, 10, self.tsval if tsval is None else tsval, self.peer_ts)
+        hdr, data = build_tcp(US, PEER, self.sport, PORT, self.seq, self.ack if ack is None else ack, flags,
+                              window=502, options=ts if options is None else options, payload=payload)
+        self.dev.write(TxPacket(hdr, [data] if data else []))
+        self.seq += len(payload) + (1 if flags & (TCP_SYN | TCP_FIN) else 0)
+
+    def expect(self, timeout: float = 2.0) -> tuple[Tcp, float] | None:
+        start = time.monotonic()
+        try:
+            seg, _, _ = self.rd.next(lambda s, p, ok: s.dport == self.sport, timeout)
+        except TimeoutError:
+            return None
+        ts = seg.option(8)
+        if ts is not None:
+            self.peer_ts = struct.unpack("!I", ts[:4])[0]
+        return seg, time.monotonic() - start
+
+    peer_ts = 0
+
+    def handshake(self) -> Tcp:
+        self.send(TCP_SYN, options=SYN_OPTS)
+        got = self.expect()
+        assert got is not None, "no SYN-ACK"
+        synack = got[0]
+        self.ack = synack.seq + 1
+        self.tsval += 1
+        self.send(TCP_ACK)
+        return synack
+
+
+def _listen(ns: str, rcvbuf: int | None) -> socket.socket:
+    def make() -> socket.socket:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if rcvbuf is not None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.bind((PEER, PORT))
+        s.listen(8)
+        return s
+
+    return netns.call_in_namespace(ns, make)
+
+
+def synack_windows(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    for i, rcvbuf in enumerate((None, 1000, 10000, 65536, 100000, 1 << 20)):
+        lst = _listen(ns, rcvbuf)
+        c = Client(dev, rd, 40000 + i)
+        synack = c.handshake()
+        wscale = synack.option(3)
+        print(f"  SO_RCVBUF {rcvbuf}: SYN-ACK win {synack.window} wscale {wscale[0] if wscale else None}")
+        lst.close()
+
+
+def invalid_ack_and_lone_fin(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    lst = _listen(ns, None)
+    c = Client(dev, rd, 41000)
+    synack = c.handshake()
+    child, _ = lst.accept()
+    c.tsval = 200000
+    c.send(TCP_ACK | TCP_FIN, ack=synack.seq + 9999)
+    c.seq -= 1                                # the FIN was dropped: the next segment reuses it
+    got = c.expect(0.5)
+    if got is None:
+        print("  ACK > SND.NXT: dropped silently")
+    else:
+        seg, _ = got
+        ecr = struct.unpack("!II", seg.option(8) or bytes(8))[1]
+        print(f"  ACK > SND.NXT: answered, ack {seg.ack - c.seq + 0} (relative), TS ecr {ecr} "
+              f"({'ts_recent not updated' if ecr != 200000 else 'ts_recent updated'})")
+    c.tsval = 201
+    c.send(TCP_ACK, b"x" * 1000)
+    got = c.expect()
+    print(f"  data after it: ACK {'for all' if got and got[0].ack == c.seq else got}")
+    child.recv(2000)
+    time.sleep(0.3)                           # out of quick-ACK territory? no: a fresh idle moment
+    c.tsval = 300
+    c.send(TCP_ACK | TCP_FIN)
+    got = c.expect()
+    print(f"  lone FIN in ESTABLISHED: ACKed after {got[1] * 1000:.1f} ms" if got else "  lone FIN: no ACK")
+    child.close()
+    lst.close()
+
+
+def lone_fin_cases(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """A FIN right after the handshake, and one after the server wrote data we ACKed."""
+    lst = _listen(ns, None)
+    c = Client(dev, rd, 43000)
+    c.handshake()
+    child, _ = lst.accept()
+    time.sleep(0.01)
+    c.send(TCP_ACK | TCP_FIN)
+    got = c.expect()
+    print(f"  FIN right after the handshake: ACKed after {got[1] * 1000:.1f} ms" if got else "  no ACK")
+    child.close()
+    c2 = Client(dev, rd, 43001)
+    synack = c2.handshake()
+    child2, _ = lst.accept()
+    child2.send(b"z" * 1000)
+    got = c2.expect()
+    assert got is not None
+    c2.send(TCP_ACK, ack=synack.seq + 1001)
+    time.sleep(0.01)
+    c2.send(TCP_ACK | TCP_FIN, ack=synack.seq + 1001)
+    got = c2.expect()
+    print(f"  FIN after the server's data was ACKed: ACKed after {got[1] * 1000:.1f} ms"
+          if got else "  no ACK")
+    child2.close()
+    c3 = Client(dev, rd, 43002)
+    synack = c3.handshake()
+    child3, _ = lst.accept()
+    time.sleep(0.01)
+    c3.send(TCP_ACK | 0x08, b"EHLO x\r\n")
+    c3.expect()
+    child3.recv(100)
+    time.sleep(0.01)
+    child3.send(b"250 ok\r\n")
+    c3.expect()
+    time.sleep(0.02)
+    c3.send(TCP_ACK, ack=synack.seq + 9)
+    time.sleep(0.01)
+    c3.send(TCP_ACK | TCP_FIN, ack=synack.seq + 9)
+    got = c3.expect()
+    print(f"  FIN after a request and its reply: ACKed after {got[1] * 1000:.1f} ms" if got else "  no ACK")
+    child3.close()
+    lst.close()
+
+
+def out_of_window(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """SO_RCVBUF 1000 (a 1152-byte window): a segment across the right edge, one beyond it,
+    then data and a bare FIN at a zero window."""
+    lst = _listen(ns, 1000)
+    c = Client(dev, rd, 44000)
+    synack = c.handshake()
+    child, _ = lst.accept()
+    base = synack.seq + 1
+    c.send(TCP_ACK, b"a" * 2000, ack=base)
+    got = c.expect(0.5)
+    print(f"  2000 bytes into a {synack.window}-byte window: " +
+          (f"ACK {got[0].ack - (c.seq - 2000)} of them, win {got[0].window}" if got else "no answer"))
+    c.seq -= 2000
+    c.seq += got[0].ack - c.seq if got else 0
+    c.send(TCP_ACK, b"b" * 100, ack=base)
+    c.seq += 5000
+    c.send(TCP_ACK, b"c" * 100, ack=base)
+    got = c.expect(0.5)
+    answer = f"ACK {got[0].ack - (c.seq - 5200)}" if got else "no answer"
+    print(f"  100 bytes 5000 beyond the window: {answer}")
+    c.seq -= 5100
+    for _ in range(20):                       # fill the buffer until the window closes
+        c.send(TCP_ACK, b"d" * 500, ack=base)
+        got = c.expect(0.5)
+        if got is None:
+            break
+        c.seq = got[0].ack
+        if got[0].window == 0:
+            break
+    closed = bool(got and got[0].window == 0)
+    print(f"  window closed: {closed} at ack +{(got[0].ack - synack.ack) if got else '?'}")
+    c.send(TCP_ACK, b"e" * 100, ack=base)
+    got = c.expect(0.5)
+    print(f"  100 bytes at a zero window: ACK {'+0 (dropped)' if got and got[0].ack == c.seq - 100 else got}")
+    c.seq -= 100
+    c.send(TCP_ACK | TCP_FIN, ack=base)
+    got = c.expect(0.5)
+    verdict = "accepted (its ACK covers it)" if got and got[0].ack == c.seq else "not accepted"
+    detail = f" (ACK {got[0].ack - c.seq + 1} past the FIN's seq, win {got[0].window})" if got else ""
+    print(f"  a bare FIN at a zero window: {verdict}{detail}")
+    child.close()
+    lst.close()
+
+
+def delack_after_timer(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """tests/drill/delayed-ack.pkt's pattern: is the segment after an interactive delayed ACK
+    acknowledged at once (the timer left interactive mode: tcp_delack_timer_handler)?"""
+    lst = _listen(ns, None)
+    c = Client(dev, rd, 45000)
+    synack = c.handshake()
+    child, _ = lst.accept()
+    base = synack.seq + 1
+    time.sleep(0.01)
+    c.send(TCP_ACK | 0x08, b"q" * 10, ack=base)
+    got = c.expect()
+    print(f"  first 10 bytes: ACKed after {got[1] * 1000:.1f} ms" if got else "  no ACK")
+    child.send(b"r" * 10)
+    c.expect()
+    time.sleep(0.01)
+    c.send(TCP_ACK | 0x08, b"s" * 10, ack=base + 10)
+    got = c.expect()
+    print(f"  10 bytes after our reply: ACKed after {got[1] * 1000:.1f} ms" if got else "  no ACK")
+    child.recv(100)
+    time.sleep(0.01)
+    c.send(TCP_ACK, b"t" * 1000, ack=base + 10)
+    got = c.expect(0.3)
+    print(f"  then 1000 bytes: ACKed after {got[1] * 1000:.1f} ms" if got else "  then 1000 bytes: no ACK")
+    child.close()
+    lst.close()
+
+
+def rcv_mss(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    lst = _listen(ns, None)
+    c = Client(dev, rd, 42000)
+    c.handshake()
+    child, _ = lst.accept()
+
+    def info() -> int:
+        raw = child.getsockopt(socket.IPPROTO_TCP, TCP_INFO, 232)
+        return int(struct.unpack_from("I", raw, 20)[0])   # tcpi_rcv_mss: 8 bytes, rto, ato, snd_mss
+
+    print(f"  after the handshake: tcpi_rcv_mss {info()}")
+    psh = TCP_ACK | 0x08
+    for size, flags in ((1000, TCP_ACK), (700, TCP_ACK), (700, TCP_ACK), (100, psh), (100, psh)):
+        c.send(flags, b"y" * size)
+        c.expect(0.3)
+        print(f"  after a {size}-byte segment{' (PSH)' if flags & 0x08 else ''}: tcpi_rcv_mss {info()}")
+    child.close()
+    lst.close()
+
+
+if __name__ == "__main__":
+    print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
+    print("SYN-ACK window and scale (tcp_rmem 4096 540000 15728640, as defaults.sh):")
+    _session(["net.ipv4.tcp_rmem=4096 540000 15728640"], synack_windows)
+    print("SYN-ACK window and scale (tcp_rmem 4096 131072 6291456, Linux's default):")
+    _session(["net.ipv4.tcp_rmem=4096 131072 6291456"], synack_windows)
+    print("invalid ACK, ts_recent, lone FIN:")
+    _session([], invalid_ack_and_lone_fin)
+    print("lone FIN, other cases:")
+    _session([], lone_fin_cases)
+    print("out-of-window data, zero window:")
+    _session([], out_of_window)
+    print("delayed ACK, then the next segment:")
+    _session([], delack_after_timer)
+    print("tcpi_rcv_mss:")
+    _session([], rcv_mss)
