@@ -184,6 +184,7 @@ def test_tcp_info_bytes_and_pacing_in_linux_units() -> None:
     info = conn.info(peer.now)
     assert info["tcpi_bytes_sent"] == 2500 and info["tcpi_bytes_retrans"] == 0
     # tcp_update_pacing_rate: 200 % of cwnd / srtt in slow start, in bytes per second.
-    assert info["tcpi_pacing_rate"] == int(2.0 * conn.cc.cwnd / conn.rtt.srtt)
+    srtt = conn.rtt.srtt
+    assert srtt is not None and info["tcpi_pacing_rate"] == int(2.0 * conn.cc.cwnd / srtt)
     assert info["tcpi_max_pacing_rate"] == (1 << 64) - 1
     assert info["tcpi_last_data_sent"] == 10
