@@ -173,3 +173,18 @@ def test_msg_eor_through_the_socket_api() -> None:
     assert got == b"a" * 100 + b"b" * 100
     for x in (c, s, srv):
         x.close()
+
+
+def test_tcp_info_bytes_and_pacing_in_linux_units() -> None:
+    peer, conn = _open()
+    conn.nodelay = True
+    conn.send(b"x" * 2500, peer.now)
+    peer.advance(0.01)
+    peer.send(".", 1, 2501)
+    info = conn.info(peer.now)
+    assert info["tcpi_bytes_sent"] == 2500 and info["tcpi_bytes_retrans"] == 0
+    # tcp_update_pacing_rate: 200 % of cwnd / srtt in slow start, in bytes per second.
+    srtt = conn.rtt.srtt
+    assert srtt is not None and info["tcpi_pacing_rate"] == int(2.0 * conn.cc.cwnd / srtt)
+    assert info["tcpi_max_pacing_rate"] == (1 << 64) - 1
+    assert info["tcpi_last_data_sent"] == 10

@@ -40,7 +40,8 @@ class SendBuffer:
     tcp_skb_fragment_eor()).
     """
 
-    __slots__ = ("_bufs", "_head", "_offs", "_sent", "_skb", "_skb_head", "_skf", "acct", "end", "start")
+    __slots__ = ("_bufs", "_eor_ends", "_head", "_offs", "_sent", "_skb", "_skb_head", "_skf", "acct", "end",
+                 "start")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self.acct = acct
@@ -49,6 +50,7 @@ class SendBuffer:
         self._head = 0
         self._skb: list[int] = []      # start offset of each skb, ascending
         self._skf: list[int] = []      # SKB_PSH | SKB_EOR of each skb (parallel to _skb)
+        self._eor_ends: list[int] = []  # end offsets of the MSG_EOR skbs (splits never move them)
         self._skb_head = 0             # first skb with unacknowledged bytes
         self._sent = 0                 # highest offset ever transmitted
         self.start = 0
@@ -146,16 +148,9 @@ class SendBuffer:
         """How far a packet starting at ``off`` may reach: Linux tcp_grow_skb() pulls the
         next skbs into the one being sent while tcp_skb_can_collapse() allows, that is up
         to the end of an skb written with MSG_EOR (or the last queued byte)."""
-        skb, skf = self._skb, self._skf
-        i = bisect_right(skb, off, self._skb_head) - 1
-        if i < self._skb_head:
-            i = self._skb_head
-        n = len(skb)
-        while i < n:
-            if skf[i] & SKB_EOR:
-                return skb[i + 1] if i + 1 < n else self.end
-            i += 1
-        return self.end
+        ends = self._eor_ends
+        i = bisect_right(ends, off)
+        return ends[i] if i < len(ends) else self.end
 
     def packet_flags(self, start: int, end: int) -> int:
         """The marks a packet [start, end) takes once sent (send_packet): those of every skb
@@ -227,6 +222,8 @@ class SendBuffer:
         """MSG_EOR (tcp_sendmsg_locked: TCP_SKB_CB(skb)->eor = 1): close the last skb."""
         if len(self._skb) > self._skb_head:
             self._skf[-1] |= SKB_EOR
+            if not self._eor_ends or self._eor_ends[-1] != self.end:
+                self._eor_ends.append(self.end)
 
     # -------------------------------------------------------------------- bytes
 
@@ -287,6 +284,8 @@ class SendBuffer:
         # (tcp_trim_head), which only its byte count shows.
         skb = self._skb
         sh = self._skb_head
+        if self._eor_ends:
+            del self._eor_ends[:bisect_right(self._eor_ends, upto)]
         if upto >= self.end:
             skb.clear()
             self._skf.clear()

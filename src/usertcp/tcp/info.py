@@ -124,7 +124,15 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
         "tcpi_fastopen_client_fail": conn.tfo.client_fail if isinstance(conn.tfo, ClientTfo) else 0,
     }
     out.update(rtt.as_info())
-    out.update(conn.tx.chrono.info(now))
+    tx = conn.tx
+    out.update(tx.chrono.info(now))
+    out["tcpi_bytes_sent"] = tx.bytes_sent
+    out["tcpi_bytes_retrans"] = tx.bytes_retrans
+    out["tcpi_pacing_rate"] = tx.pacing_rate()
+    out["tcpi_max_pacing_rate"] = (1 << 64) - 1     # no SO_MAX_PACING_RATE: unlimited (~0ULL)
+    # Milliseconds since data last left (jiffies_to_msecs(now - lsndtime)).
+    sent = tx.data_sent_time
+    out["tcpi_last_data_sent"] = max(int((now - sent) * 1000), 0) if sent >= 0 else 0
     # Linux jiffies_to_msecs(now - icsk_ack.lrcvtime): the last data received, or the
     # establishment (tcp_finish_connect, tcp_create_openreq_child) before any.
     lrcv = conn.rx.lrcvtime if conn.rx.lrcvtime >= 0 else conn.last_rcv_time

@@ -46,13 +46,14 @@ GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size w
 MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
 SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
 SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
+PACING_UNLIMITED = (1 << 64) - 1  # ~0ULL: sk_pacing_rate before any RTT sample, sk_max_pacing_rate
 
 
 class Output:
     """The transmit side of one connection: its Nagle/cork state and the segments it builds."""
 
-    __slots__ = ("chrono", "conn", "corked", "data_sent_time", "force_push", "mid_write", "more_pending",
-                 "nagle_off", "push_end", "snd_sml", "ts_last", "xmit_budget")
+    __slots__ = ("bytes_retrans", "bytes_sent", "chrono", "conn", "corked", "data_sent_time", "force_push",
+                 "mid_write", "more_pending", "nagle_off", "push_end", "snd_sml", "ts_last", "xmit_budget")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -67,6 +68,8 @@ class Output:
         self.ts_last = 0               # the last TSval sent, before the offset (RFC 7323 §5.4)
         self.data_sent_time = -1.0     # Linux lsndtime: when new data last left
         self.chrono = Chrono()         # busy / rwnd-limited / sndbuf-limited time (tcp_info)
+        self.bytes_sent = 0            # data bytes sent, retransmissions included (tp->bytes_sent)
+        self.bytes_retrans = 0         # data bytes retransmitted (tp->bytes_retrans)
 
     def size_goal(self) -> int:
         """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
@@ -82,6 +85,18 @@ class Output:
             goal = max(cutoff, 68 - 20 - (12 if c.ts_ok else 0))   # 68 - tcp_header_len
         return max(goal // mss * mss, mss)
 
+    def pacing_rate(self) -> int:
+        """Linux tcp_update_pacing_rate(): bytes/s, 200 % of cwnd/srtt in slow start and
+        120 % after (tcp_pacing_ss_ratio, tcp_pacing_ca_ratio); unlimited (~0) before an
+        RTT sample."""
+        c = self.conn
+        srtt = c.rtt.srtt
+        if not srtt:
+            return PACING_UNLIMITED
+        cwnd = c.cc.cwnd
+        ratio = 2.0 if cwnd < c.cc.ssthresh // 2 else 1.2
+        return int(ratio * max(cwnd, c.snd_nxt - c.snd_una) / srtt)
+
     def tso_bytes(self) -> int:
         """Linux tcp_tso_segs()/tcp_tso_autosize(): the largest burst one skb leaves in,
         about 1 ms of the pacing rate but at least tcp_min_tso_segs segments."""
@@ -90,14 +105,10 @@ class Output:
         if c.md5_key is not None:
             return mss
         srtt = c.rtt.srtt
-        cwnd = c.cc.cwnd
         if not srtt:
             size = GSO_MAX_SIZE                 # sk_pacing_rate starts unlimited
         else:
-            # tcp_update_pacing_rate(): 200% of cwnd/srtt in slow start, 120% after.
-            ratio = 2.0 if cwnd < c.cc.ssthresh // 2 else 1.2
-            rate = ratio * max(cwnd, c.snd_nxt - c.snd_una) / srtt
-            size = int(rate) >> 10              # sk_pacing_shift
+            size = self.pacing_rate() >> 10     # sk_pacing_shift
             r = int((c.rtt.min_rtt or srtt) * 1e6) >> 9    # tcp_tso_rtt_log
             if r < 32:
                 size += GSO_MAX_SIZE >> r
@@ -417,6 +428,8 @@ class Output:
         r.tx_count += 1
         r.tx_time = now
         rec.rtx.sent_again(r)
+        self.bytes_sent += dlen
+        self.bytes_retrans += dlen
         segs = -(-dlen // mss) if dlen else 1     # Linux counts tcp_skb_pcount(skb)
         c.total_retrans += segs
         if c.stack.tracer is not None:
@@ -593,6 +606,7 @@ class Output:
             return False
         if size:
             buf.send_packet(start, start + size)   # tcp_grow_skb, tso_fragment
+            self.bytes_sent += size
             c.data_segs_out += -(-size // mss)
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off
