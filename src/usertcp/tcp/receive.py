@@ -76,7 +76,8 @@ class Receive:
             mib["UsertcpBeyondWindow"] += 1
         mem = c.stack.mem
         if plen and not mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
-                                         c.config.rmem[0]):
+                                         c.config.rmem[0]) \
+                and not (seg_off == nxt and self._prune_ofo(payload)):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
             # ACK restates what we have, and the peer retransmits when memory frees.
             mib["TcpExtTCPRcvQDrop"] += 1
@@ -132,6 +133,18 @@ class Receive:
             c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
             notify(c, c.on_readable)
+
+    def _prune_ofo(self, payload: memoryview) -> bool:
+        """Linux tcp_prune_ofo_queue: memory is short and in-order data arrived, so the
+        out-of-order queue goes (the peer retransmits it) rather than the data that moves the
+        connection forward. True if ``payload`` now fits."""
+        c = self.conn
+        if not c.ooo.bytes_queued:
+            return False
+        c.mib["TcpExtPruneCalled"] += 1
+        c.mib["TcpExtOfoPruned"] += 1
+        c.ooo.clear()
+        return c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf), c.config.rmem[0])
 
     def ecn_check_ce(self, ecn: int, now: float) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
