@@ -17,7 +17,17 @@ from dataclasses import dataclass
 
 import pytest
 
+import usertcp
 from usertcp.net import netns
+
+# Where the tests imported usertcp from (src/, or the compiled build's directory): the
+# usertcp subprocesses run the same build.
+USERTCP_PATH = os.path.dirname(os.path.dirname(os.path.abspath(usertcp.__file__)))
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment for a usertcp subprocess: this process's, with the same usertcp first."""
+    return {**os.environ, "PYTHONPATH": USERTCP_PATH + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 PEER = "10.77.0.1"  # the kernel's address on the TUN
 US = "10.77.0.2"  # the address the test (or our stack) plays
@@ -196,9 +206,7 @@ class ServeProcess:
         self.stdout: list[str] = []
         self.stderr = ""
         self.returncode: int | None = None
-        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-        path = os.path.abspath(src) + os.pathsep + os.environ.get("PYTHONPATH", "")
-        env = {**os.environ, "PYTHONPATH": path}
+        env = subprocess_env()
         # `ip netns exec` execs the command: the pid is python's, so signals reach serve itself.
         self.proc = subprocess.Popen(["ip", "netns", "exec", ns, *serve_command(), *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -6,18 +6,21 @@ import json
 import os
 import subprocess
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
 
+import usertcp as usertcp_package
 from tshark import HAVE_TSHARK, tshark_count, tshark_problems
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+# Where this test imported usertcp from (src/, or the compiled build's directory).
+SRC = Path(usertcp_package.__file__).resolve().parents[1]
 
 
-def usertcp(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def usertcp(*args: str, timeout: float = 60, **extra_env: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "COLUMNS": "120"}
+           "COLUMNS": "120", **extra_env}
     return subprocess.run([sys.executable, "-m", "usertcp", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
@@ -31,6 +34,18 @@ def test_help_lists_subcommands() -> None:
     assert p.returncode == 0 and "throughput" in p.stdout and "checksum" in p.stdout
     p = usertcp("nosuch")
     assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+def test_version_says_which_build_runs() -> None:
+    import usertcp.tcp.connection as connection
+
+    compiled = connection.__file__.endswith(tuple(EXTENSION_SUFFIXES))
+    p = usertcp("--version")
+    assert p.returncode == 0 and p.stdout.startswith(f"usertcp {usertcp_package.__version__} (")
+    assert ("compiled (mypyc" in p.stdout) == compiled, p.stdout
+    assert ("pure Python" in p.stdout) == (not compiled), p.stdout
+    p = usertcp("--version", USERTCP_PURE="1")     # the same install, made to run its sources
+    assert p.returncode == 0 and "pure Python" in p.stdout, p.stdout
 
 
 def test_demo_with_pcap(tmp_path: Path) -> None:

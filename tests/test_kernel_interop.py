@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from netns_helpers import ServeProcess, namespace_fixture, serve_command
+from netns_helpers import ServeProcess, namespace_fixture, serve_command, subprocess_env
 from pair import RecordingEndpoint
 from usertcp.apps.basic import pattern, pattern_sha256, pattern_views
 from usertcp.net import netns
@@ -527,7 +527,7 @@ def test_serve_removes_device_and_reports_errors(ns: str, tmp_path: Path) -> Non
     p = subprocess.run(["ip", "netns", "exec", ns, *serve_command(), "--tun", DEV, "--address", US4,
                         "--peer-address", f"{PEER4}/24", "--app", "echo", "--md5-key", "nokey"],
                        capture_output=True, text=True, timeout=30,
-                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+                       env=subprocess_env())
     assert p.returncode == 2 and "PEER=KEY" in p.stderr
 
 

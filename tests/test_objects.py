@@ -491,13 +491,13 @@ def _proxy_setup() -> tuple[Pair, Connection, Connection, Connection, Connection
     pair.net.add_tap(lambda data, now, d: delivered.__setitem__(id(data), data)
                      if d.dst.endpoint is pair.b else None)
     sent: list[TxPacket] = []
-    real_output = pair.b.output
 
-    def output(pkt: TxPacket) -> bool:
+    def observe(pkt: TxPacket) -> bool:
+        """b's injected output hook: record each packet, refuse none."""
         sent.append(pkt)
-        return real_output(pkt)
+        return False
 
-    pair.b.output = output  # type: ignore[method-assign]
+    pair.b.tx_refuse = observe
     return pair, client, server, up, upstream, delivered.keys(), sent
 
 

@@ -365,15 +365,25 @@ def test_msg_preload_needs_a_listener(w: World) -> None:
     assert lst.preload == b"HELLO"
 
 
-def test_sendto_fastopen_queues_data_before_handshake(w: World) -> None:
+def test_sendto_fastopen_without_cookie_then_with(w: World) -> None:
     srv = us.create_server(("10.0.0.2", 80), host=w.b)
     c = w.a.socket()
     c.setblocking(False)
-    assert c.sendto(b"GET / HTTP/1.0\r\n\r\n", us.MSG_FASTOPEN, ("10.0.0.2", 80)) == 18
+    # Linux tcp_send_syn_data: no cookie cached, so the SYN asks for one and carries no data;
+    # the non-blocking call reports EINPROGRESS and took nothing.
+    with pytest.raises(BlockingIOError) as ei:
+        c.sendto(b"GET / HTTP/1.0\r\n\r\n", us.MSG_FASTOPEN, ("10.0.0.2", 80))
+    assert ei.value.errno == errno.EINPROGRESS
     conn = c.connection
-    assert conn is not None and conn.state is State.SYN_SENT and conn.send_queue_bytes == 18
+    assert conn is not None and conn.state is State.SYN_SENT and conn.send_queue_bytes == 0
+    # A second MSG_FASTOPEN while connecting: EALREADY (__inet_stream_connect).
+    with pytest.raises(OSError) as again:
+        c.sendto(b"x", us.MSG_FASTOPEN, ("10.0.0.2", 80))
+    assert again.value.errno == errno.EALREADY
     srv.settimeout(5)
     s, _ = srv.accept()
+    c.setblocking(True)
+    assert c.send(b"GET / HTTP/1.0\r\n\r\n") == 18
     assert s.recv(100) == b"GET / HTTP/1.0\r\n\r\n"
     # Blocking form: a refused fast-open connect is reported.
     with pytest.raises(ConnectionRefusedError):

@@ -78,12 +78,24 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: says which build runs, so it inspects the install only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from usertcp import builds
+
+        print(f"usertcp {usertcp.__version__} ({builds.describe()})")
+        parser.exit()
+
+
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The parser; only the ``selected`` subcommand's module is imported to add its options."""
     parser = argparse.ArgumentParser(
         prog="usertcp", description="usertcp: a sans-IO TCP/IP stack in pure Python.",
         epilog="Run 'usertcp COMMAND --help' for the options of one command.")
-    parser.add_argument("--version", action="version", version=f"usertcp {usertcp.__version__}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="show the version and which build runs (pure Python or compiled), then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, cmd in COMMANDS.items():
         p = sub.add_parser(name, help=cmd.help, description=cmd.help.replace("%%", "%"))

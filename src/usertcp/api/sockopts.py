@@ -60,6 +60,7 @@ from usertcp.api.constants import (
     TCP_USER_TIMEOUT,
     os_error,
 )
+from usertcp.tcp.config import TFO_CLIENT_ENABLE
 from usertcp.tcp.congestion import create_congestion_control
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.md5sig import Md5Keys, parse_tcp_md5sig
@@ -90,9 +91,7 @@ class Effect(IntEnum):
 
 def take_error(conn: Connection) -> int:
     """Read and clear the connection's pending error: Linux reports ``sk_err`` once."""
-    err = conn.error
-    conn.error = 0
-    return err
+    return conn.take_error()
 
 
 def as_bytes_view(data: Any) -> memoryview:
@@ -186,11 +185,11 @@ class SocketOptions:
             lst.fastopen_qlen = self.tfo_qlen
 
     def apply_to_connection(self, conn: Connection) -> None:
-        for name, value in self.conn_attrs.items():
-            setattr(conn, name, value)
-        conn.md5_keys = self.md5_keys
+        conn.apply_options(self.conn_attrs)
+        conn.set_md5_keys(self.md5_keys)
         if self._cc_name is not None:
-            conn.cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
+            cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
+            conn.set_congestion_control(cc)
 
     def adopt_child(self, conn: Connection) -> None:
         """An accepted child: TCP_CONGESTION of the listener applies before it sends data.
@@ -199,7 +198,8 @@ class SocketOptions:
         """
         if self._cc_name is not None and conn.cc.name != self._cc_name \
                 and conn.snd_nxt <= conn.snd_una + 1:
-            conn.cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
+            cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
+            conn.set_congestion_control(cc)
 
     # ------------------------------------------------------------------------- set
 
@@ -220,7 +220,7 @@ class SocketOptions:
             listener.options[name] = value
         if conn is None:
             return Effect.NONE
-        setattr(conn, name, value)
+        conn.apply_options({name: value})
         return Effect.ATTR
 
     def _set_ip(self, level: int, optname: int, value: Any, conn: Connection | None,
@@ -326,8 +326,13 @@ class SocketOptions:
             if listener is not None:
                 listener.fastopen_qlen = v
         elif optname == TCP_FASTOPEN_CONNECT:
+            # Linux do_tcp_setsockopt: 0 or 1, the client bit of tcp_fastopen on, a closed socket.
+            if v not in (0, 1):
+                raise os_error(errno.EINVAL, "TCP_FASTOPEN_CONNECT takes 0 or 1")
+            if not self.config.fastopen & TFO_CLIENT_ENABLE:
+                raise os_error(errno.EOPNOTSUPP, "TCP Fast Open (client) is off: net.ipv4.tcp_fastopen & 1")
             if conn is not None and conn.state is not State.CLOSED:
-                raise os_error(errno.EISCONN)
+                raise os_error(errno.EINVAL, "TCP_FASTOPEN_CONNECT after connect")
             self.tfo_connect = bool(v)
         elif optname == TCP_FASTOPEN_NO_COOKIE:
             self.tfo_no_cookie = bool(v)
@@ -349,7 +354,7 @@ class SocketOptions:
         if listener is not None:
             listener.md5_keys = self.md5_keys
         if conn is not None and conn.state is not State.CLOSED:
-            conn.md5_keys = self.md5_keys
+            conn.set_md5_keys(self.md5_keys)
 
     def _set_congestion(self, value: Any, conn: Connection | None) -> None:
         if isinstance(value, str):
@@ -365,7 +370,7 @@ class SocketOptions:
             if conn.snd_nxt > conn.snd_una + (0 if conn.is_synchronized else 1):
                 # The core's controllers are only valid when chosen before data flows.
                 raise os_error(errno.EBUSY, "TCP_CONGESTION can't change while data is in flight")
-            conn.cc = cc
+            conn.set_congestion_control(cc)
         self._cc_name = cc.name
 
     # ------------------------------------------------------------------------- get

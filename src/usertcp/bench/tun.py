@@ -15,7 +15,15 @@ not the measured run) gives the top functions by own time under ``profile``.
 ``queues`` > 1 adds a multi-queue receive run with ``flows`` parallel connections,
 plain link, once with threads and once with processes, against one queue.
 
+Latency, against the same kernel -> kernel veth reference: ``connect`` is connection
+setup (SYN to established: a kernel client's ``connect()`` to the ``echo`` app, then
+close), ``rr`` a 1-byte request/response round trip on one connection (TCP_NODELAY);
+medians in microseconds, ``ratio_*`` the kernel's median over usertcp's (1.0 = as fast).
+
 Rates are ``MB_per_s``: 10^6 bytes per second of wall time, connect to the receiver's EOF.
+``build`` says which usertcp build served (pure or compiled, see setup.py); with a compiled
+install, ``pure`` repeats the usertcp runs on the pure build (``USERTCP_PURE=1``) in the
+same invocation, so both builds' ratios sit side by side.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from usertcp import builds
 from usertcp.apps.basic import pattern_sha256, pattern_views
 from usertcp.net import netns
 
@@ -45,9 +54,12 @@ MB = 1_000_000
 class _Serve:
     """``usertcp serve`` in namespace ``ns`` until :meth:`stop` (SIGTERM)."""
 
-    def __init__(self, ns: str, *args: str, timeout: float = 30.0) -> None:
+    def __init__(self, ns: str, *args: str, timeout: float = 30.0, pure: bool = False) -> None:
         src = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env.pop("USERTCP_PURE", None)
+        if pure:
+            env["USERTCP_PURE"] = "1"      # the same install's pure sources (usertcp/builds.py)
         from usertcp import cli
 
         cmd = [sys.executable, "-m", "usertcp", "serve"] if "serve" in cli.COMMANDS else \
@@ -136,8 +148,99 @@ def _parallel_send(addr: str, port: int, n: int, flows: int) -> float:
     return time.monotonic() - t0
 
 
+def _connect_times(addr: str, port: int, n: int) -> list[float]:
+    """``n`` connection setups: the wall time of each ``connect()`` (SYN out to established)."""
+    times = []
+    for _ in range(n):
+        s = socket.socket()
+        s.settimeout(10)
+        try:
+            t0 = time.perf_counter()
+            s.connect((addr, port))
+            times.append(time.perf_counter() - t0)
+        finally:
+            s.close()
+    return times
+
+
+def _rr_times(addr: str, port: int, n: int) -> list[float]:
+    """``n`` 1-byte request/response round trips on one connection to an echo server."""
+    s = socket.create_connection((addr, port), timeout=10)
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            s.sendall(b"x")
+            if s.recv(1) != b"x":
+                raise RuntimeError("echo server: wrong or no reply")
+            times.append(time.perf_counter() - t0)
+        return times
+    finally:
+        s.close()
+
+
+def _latency(addr: str, port: int, connects: int, round_trips: int) -> dict[str, Any]:
+    ct = sorted(_connect_times(addr, port, connects))
+    rr = sorted(_rr_times(addr, port, round_trips))
+
+    def us(times: list[float], q: float) -> float:
+        return round(times[int(len(times) * q)] * 1e6, 1)
+
+    return {"connect_us": us(ct, 0.5), "connect_us_p90": us(ct, 0.9), "rr_us": us(rr, 0.5),
+            "rr_us_p90": us(rr, 0.9), "connects": connects, "round_trips": round_trips}
+
+
+def _usertcp_latency(tmp: Path, connects: int, round_trips: int, *, pure: bool = False,
+                     profile: bool = False) -> dict[str, Any]:
+    """Connection setup and 1-byte round trips: a kernel client against usertcp's echo over TUN."""
+    prof = tmp / "profile.json"
+    args = ["--app", "echo", "--offload"] + (["--profile", str(prof)] if profile else [])
+    with netns.namespace("utcpb") as ns:
+        srv = _Serve(ns, *args, pure=pure)
+        try:
+            out = netns.call_in_namespace(ns, _latency, US, 7, connects, round_trips)
+        finally:
+            rc = srv.stop()
+    if rc != 0:
+        raise RuntimeError(f"usertcp serve failed ({rc}): {srv.stderr}")
+    if profile:
+        out["profile"] = json.loads(prof.read_text())
+    return out
+
+
+def _echo_forever(srv: socket.socket) -> None:
+    """A kernel echo server, one connection at a time, until ``srv`` is closed."""
+    while True:
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            return
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+
+def _veth_latency(connects: int, round_trips: int) -> dict[str, Any]:
+    """The kernel -> kernel reference for :func:`_usertcp_latency`, over a veth pair."""
+    with netns.namespace("utcpb") as a, netns.namespace("utcpb") as b:
+        netns.connect_veth(a, b, "vbench", VETH_A, VETH_B)
+        srv = netns.call_in_namespace(b, _kernel_server, 7)
+        t = threading.Thread(target=_echo_forever, args=(srv,), daemon=True)
+        t.start()
+        try:
+            out: dict[str, Any] = netns.call_in_namespace(a, _latency, VETH_B, 7, connects, round_trips)
+        finally:
+            srv.shutdown(socket.SHUT_RDWR)
+            srv.close()
+            t.join(10)
+    return out
+
+
 def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile: bool = False,
-                 queues: int = 1, queue_mode: str = "thread", flows: int = 1) -> dict[str, Any]:
+                 queues: int = 1, queue_mode: str = "thread", flows: int = 1,
+                 pure: bool = False) -> dict[str, Any]:
     stats = tmp / "stats.json"
     report = tmp / "report.jsonl"
     for f in (stats, report):
@@ -149,7 +252,7 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
         args += ["--profile", str(prof)]
     with netns.namespace("utcpb") as ns:
         if direction == "rx":
-            srv = _Serve(ns, "--app", "discard", *args)
+            srv = _Serve(ns, "--app", "discard", *args, pure=pure)
             try:
                 if flows == 1:
                     dt = netns.call_in_namespace(ns, _send, US, 9, size)
@@ -160,7 +263,7 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
             reps = [json.loads(line) for line in report.read_text().splitlines()]
             ok = len(reps) == flows and all(r["rx_sha256"] == pattern_sha256(size) for r in reps)
         else:
-            srv = _Serve(ns, "--app", "source", "--bytes", str(size), *args)
+            srv = _Serve(ns, "--app", "source", "--bytes", str(size), *args, pure=pure)
             try:
                 n, digest, dt = netns.call_in_namespace(ns, _recv, US, 19)
             finally:
@@ -171,9 +274,8 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
     st = json.loads(stats.read_text())
     c = st["counters"]
     out: dict[str, Any] = {"MB_per_s": round(size * flows / dt / MB, 1), "seconds": round(dt, 3),
-                           "sha256_ok": ok,
-                           "retrans_segs": c.get("TcpRetransSegs", 0), "segs_in": c.get("TcpInSegs", 0),
-                           "segs_out": c.get("TcpOutSegs", 0)}
+                           "sha256_ok": ok, "retrans_segs": c.get("TcpRetransSegs", 0),
+                           "segs_in": c.get("TcpInSegs", 0), "segs_out": c.get("TcpOutSegs", 0)}
     if profile:
         out["profile"] = json.loads(prof.read_text())
     return out
@@ -216,32 +318,26 @@ def _veth_run(size: int) -> dict[str, Any]:
 
 
 def run(size: int = 200 * MB, profile_size: int = 50 * MB, profile_top: int = 15, queues: int = 2,
-        flows: int = 4, mq_size: int = 25 * MB) -> dict[str, Any]:
-    """Measure; see the module docstring. ``queues`` 1 skips the multi-queue runs."""
+        flows: int = 4, mq_size: int = 25 * MB, connects: int = 200, round_trips: int = 2000,
+        pure_too: int = 1) -> dict[str, Any]:
+    """Measure; see the module docstring. ``queues`` 1 skips the multi-queue runs, ``pure_too`` 0
+    the pure-build runs of a compiled install, ``profile_size`` 0 the profiles."""
     if os.geteuid() != 0 or not os.path.exists("/dev/net/tun"):
         raise ValueError("bench tun needs root and /dev/net/tun (it makes network namespaces)")
-    if size <= 0 or profile_size < 0:
-        raise ValueError("size must be > 0")
-    results: dict[str, Any] = {"size": size}
+    if size <= 0 or profile_size < 0 or connects <= 0 or round_trips <= 0:
+        raise ValueError("size, connects and round_trips must be > 0")
+    build = builds.current()
+    results: dict[str, Any] = {"size": size, "build": build}
     with tempfile.TemporaryDirectory(prefix="utcp-bench-") as d:
         tmp = Path(d)
         veth = _veth_run(size)
+        veth.update(_veth_latency(connects, round_trips))
         results["kernel_veth"] = veth
-        for offload in (True, False):
-            key = "offload" if offload else "plain"
-            for direction in ("rx", "tx"):
-                r = _usertcp_run(size, offload, direction, tmp)
-                results[f"usertcp_{direction}_{key}"] = r
-                results[f"ratio_{direction}_{key}"] = round(r["MB_per_s"] / veth["MB_per_s"], 3)
+        results.update(_usertcp_figures(size, veth, tmp, connects, round_trips, pure=build == "pure"))
+        if pure_too and build == "compiled":
+            results["pure"] = _usertcp_figures(size, veth, tmp, connects, round_trips, pure=True)
         if profile_size:
-            prof: dict[str, Any] = {}
-            for offload in (True, False):
-                key = "offload" if offload else "plain"
-                r = _usertcp_run(profile_size, offload, "rx", tmp, profile=True)
-                prof[f"rx_{key}"] = {"size": profile_size, "MB_per_s_profiled": r["MB_per_s"],
-                                     **r["profile"]}
-                prof[f"rx_{key}"]["top"] = prof[f"rx_{key}"]["top"][:profile_top]
-            results["profile"] = prof
+            results["profile"] = _profiles(profile_size, profile_top, tmp, connects, round_trips)
         if queues > 1:
             mq: dict[str, Any] = {"flows": flows, "bytes_per_flow": mq_size, "offload": False}
             mq["queues_1"] = _usertcp_run(mq_size, False, "rx", tmp, flows=flows)
@@ -250,7 +346,45 @@ def run(size: int = 200 * MB, profile_size: int = 50 * MB, profile_top: int = 15
                                                              queue_mode=mode, flows=flows)
             results["multiqueue"] = mq
     results["goal_rx_quarter_of_kernel"] = results["ratio_rx_offload"] >= 0.25
+    # Issue 19's targets: offloads >= 0.8x (rx) / 0.6x (tx) of kernel-to-kernel, plain >= 0.15x.
+    results["goal_rx_offload_0.8"] = results["ratio_rx_offload"] >= 0.8
+    results["goal_tx_offload_0.6"] = results["ratio_tx_offload"] >= 0.6
+    results["goal_plain_0.15"] = min(results["ratio_rx_plain"], results["ratio_tx_plain"]) >= 0.15
     return results
+
+
+def _usertcp_figures(size: int, veth: dict[str, Any], tmp: Path, connects: int, round_trips: int,
+                     *, pure: bool) -> dict[str, Any]:
+    """Every usertcp run against the kernel reference: throughput both ways with and without
+    offloads, then connection setup and round trips."""
+    out: dict[str, Any] = {}
+    for offload in (True, False):
+        key = "offload" if offload else "plain"
+        for direction in ("rx", "tx"):
+            r = _usertcp_run(size, offload, direction, tmp, pure=pure)
+            out[f"usertcp_{direction}_{key}"] = r
+            out[f"ratio_{direction}_{key}"] = round(r["MB_per_s"] / veth["MB_per_s"], 3)
+    lat = _usertcp_latency(tmp, connects, round_trips, pure=pure)
+    out["usertcp_latency"] = lat
+    out["ratio_connect"] = round(veth["connect_us"] / lat["connect_us"], 3)
+    out["ratio_rr"] = round(veth["rr_us"] / lat["rr_us"], 3)
+    return out
+
+
+def _profiles(size: int, top: int, tmp: Path, connects: int, round_trips: int) -> dict[str, Any]:
+    """cProfile of the serve loop on each path (separate runs: profiling costs speed). Functions
+    of a compiled build appear as single entries (their callees are not seen)."""
+    prof: dict[str, Any] = {}
+    for offload in (True, False):
+        key = "offload" if offload else "plain"
+        for direction in ("rx", "tx"):
+            r = _usertcp_run(size, offload, direction, tmp, profile=True)
+            prof[f"{direction}_{key}"] = {"size": size, "MB_per_s_profiled": r["MB_per_s"], **r["profile"]}
+            prof[f"{direction}_{key}"]["top"] = prof[f"{direction}_{key}"]["top"][:top]
+    lat = _usertcp_latency(tmp, connects, round_trips, profile=True)
+    prof["connect_rr"] = {**lat["profile"], "connects": connects, "round_trips": round_trips}
+    prof["connect_rr"]["top"] = prof["connect_rr"]["top"][:top]
+    return prof
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from usertcp.drill.defaults import ADDRESS_DEFAULTS, SYSCTL_DEFAULTS, SysctlValue, sysctl_name
+from usertcp.drill.offload import ETHTOOL_OFFLOADS_OFF, link_gso_max_size
+from usertcp.tcp import fastopen
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import State
 from usertcp.tcp.stack import Stack
@@ -86,10 +88,8 @@ def linux_config(ip_version: str = "ipv4") -> StackConfig:
 
 # Commands with no effect on a fresh in-process stack.
 _HARMLESS = (
-    re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$"),  # a fresh stack remembers no cookies
     re.compile(r"^(/tmp/)?sysctl_restore_\S*\.sh$"),  # our stack dies with the script
     re.compile(r"^true$|^:$"),
-    re.compile(r"^ethtool\s+-K\s+\S+(\s+(tso|gso|gro)\s+off)+$"),  # no offloads: the stack segments itself
 )
 # The root qdisc of a device: a pfifo (no pacing anyway) and its removal, which restores the
 # default. ``limit 0`` holds no packet: every transmission on the device fails (Linux: the qdisc
@@ -99,6 +99,7 @@ _HARMLESS = (
 _QDISC_SET = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+pfifo(?:\s+limit\s+(\d+))?$")
 _QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
 TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
+_METRICS_FLUSH = re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$")   # the Fast Open cookie cache
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
 _REDIRECT = re.compile(r"\s*(\d?>>?\s*/dev/null|2>&1|>\s*&\d)\s*")
@@ -112,6 +113,7 @@ class Environment:
     stack_getter: Callable[[], Stack | None]
     _nstat_base: dict[str, int] = field(default_factory=dict)
     tx_blocked: bool = False        # TEST_DEVICE's qdisc holds no packet (pfifo limit 0)
+    offload: bool = True            # TEST_DEVICE offers TSO (packetdrill's tun), until ethtool -K off
 
     # ------------------------------------------------------------------ entry
 
@@ -151,6 +153,17 @@ class Environment:
         joined = " ".join(words)
         if any(p.match(joined) for p in _HARMLESS):
             return
+        if ETHTOOL_OFFLOADS_OFF.match(joined):
+            self.offload = False        # skbs of one MSS, compared packet by packet
+            stack = self.stack_getter()
+            if stack is not None:
+                self.attach(stack)
+            return
+        if _METRICS_FLUSH.match(joined):
+            stack = self.stack_getter()
+            if stack is not None:
+                fastopen.flush_metrics(stack)
+            return
         qdisc = _QDISC_SET.match(joined)
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=qdisc.group(2) is not None and int(qdisc.group(2)) == 0)
@@ -175,6 +188,7 @@ class Environment:
         """Give ``stack`` the device state the commands set so far; the runner calls this when
         it creates its (lazy) stack, so a qdisc installed before the first socket applies."""
         stack.tx_refuse = _refuse_all if self.tx_blocked else None
+        stack.gso_max_size = link_gso_max_size(self.offload)
 
     # ------------------------------------------------------------------ sysctls
 

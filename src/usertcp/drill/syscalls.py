@@ -24,7 +24,7 @@ from usertcp.api.sockopts import Effect, SocketOptions, take_error
 from usertcp.drill.ast import BinOr, Call, EllipsisExpr, Expr, Int, List, String, Struct, Symbol
 from usertcp.drill.defaults import SYMBOLS, UNSUPPORTED_SYMBOLS
 from usertcp.drill.profile import Unsupported
-from usertcp.tcp import fastopen
+from usertcp.tcp import fastopen, fastopen_client
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.stack import Listener, Stack
 
@@ -40,6 +40,9 @@ __all__ = [
 ]
 
 SyscallGen = Generator[float | None, None, int]
+
+# Linux sock->state of a stream socket (include/uapi/linux/net.h socket_state).
+SS_UNCONNECTED, SS_CONNECTING, SS_CONNECTED = 1, 2, 3
 
 S = SYMBOLS
 
@@ -122,6 +125,7 @@ class Sock:
     listener: Listener | None = None
     conn: Connection | None = None
     deferred_connect: bool = False  # TCP_FASTOPEN_CONNECT: connect() returned, SYN not sent
+    sock_state: int = SS_UNCONNECTED  # Linux sock->state (SS_*)
 
 
 # ----------------------------------------------------------------------------- expressions
@@ -183,6 +187,26 @@ def _buffer(expr: Expr, length: int) -> bytes:
             data += bytes(length - len(data))
         return data[:length]
     return bytes(length)
+
+
+def _user_buffer(expr: Expr, length: int) -> bytes | None:
+    """Data a send reads from user memory; None when the kernel's copy faults (EFAULT): a
+    NULL pointer with a non-zero length (the syscall_bad_arg/ scripts)."""
+    if length and _null(expr):
+        return None
+    return _buffer(expr, length)
+
+
+def _null(expr: Expr) -> bool:
+    return (isinstance(expr, Symbol) and expr.name == "NULL") or (isinstance(expr, Int) and expr.value == 0)
+
+
+def _unspec(expr: Expr) -> bool:
+    """An address of family AF_UNSPEC: the bare constant, or a struct with sa_family=AF_UNSPEC."""
+    if isinstance(expr, Symbol | Int):
+        return value(expr) == S["AF_UNSPEC"]
+    return isinstance(expr, Struct) and "sa_family" in expr.named() \
+        and value(expr.named()["sa_family"].value) == S["AF_UNSPEC"]
 
 
 def _iov(expr: Expr) -> list[tuple[Expr, int]]:
@@ -255,6 +279,8 @@ class Syscalls:
         kind = value(args[1])
         if kind & 0xF != S["SOCK_STREAM"]:
             raise Unsupported("only SOCK_STREAM sockets are emulated")
+        if len(args) > 2 and not _ellipsis(args[2]) and value(args[2]) not in (0, S["IPPROTO_TCP"]):
+            raise SysError(errno.EPROTONOSUPPORT)   # inet_create: no such protocol for the type
         sock = Sock(self._new_fd(), family, SocketOptions(self.stack.config),
                     nonblocking=bool(kind & S["SOCK_NONBLOCK"]))
         self.fds[sock.fd] = sock
@@ -316,6 +342,7 @@ class Syscalls:
                     sock.options.inherit(),    # Linux sk_clone_lock
                     bound=sock.bound,
                     conn=conn,
+                    sock_state=SS_CONNECTED,   # inet_accept
                 )
                 self.fds[child.fd] = child
                 self.last_sock = child
@@ -338,48 +365,70 @@ class Syscalls:
                 self.host.flush()
             sock.conn = None
             sock.deferred_connect = False
+            sock.sock_state = SS_UNCONNECTED
             return 0
         if sock.listener is not None:
             raise SysError(errno.EINVAL)
-        conn = sock.conn
-        if conn is not None and not sock.deferred_connect:
-            if conn.error:
-                raise SysError(take_error(conn))
-            if conn.state in (State.SYN_SENT, State.SYN_RECEIVED):
-                raise SysError(errno.EALREADY)
-            if conn.state is State.CLOSED:
-                raise SysError(errno.ECONNABORTED)
+        # Linux __inet_stream_connect, by sock->state.
+        if sock.sock_state == SS_CONNECTED:
             raise SysError(errno.EISCONN)
-        if conn is None:
-            lip, lport = sock.bound or (self.host.local_ip, 0)
+        if sock.sock_state == SS_CONNECTING:
+            if sock.deferred_connect:
+                raise SysError(errno.EISCONN)
+            err = errno.EALREADY
+        else:
+            conn = self._new_conn(sock, ip, port)
+            sock.sock_state = SS_CONNECTING
+            no_cookie = sock.options.tfo_no_cookie
+            if sock.options.tfo_connect and fastopen.defer_connect(conn, now, no_cookie=no_cookie):
+                sock.deferred_connect = True  # Linux defers the SYN to the first write
+                self.host.on_connect(sock)
+                return 0
             try:
-                conn = self.stack.create_connection(ip, port, local=lip, local_port=lport)
+                if sock.options.tfo_connect:
+                    fastopen.tfo_connect(conn, b"", now, no_cookie=no_cookie)   # a cookie request
+                else:
+                    self.stack.connect(conn, now)
             except OSError as exc:
                 raise SysError(exc.errno or errno.EINVAL) from exc
-            self._apply_conn(sock, conn)
-            sock.conn = conn
-            self.last_sock = sock
-        if (
-            sock.options.tfo_connect
-            and not sock.deferred_connect
-            and fastopen.cookie_cached(self.stack, conn.remote_ip)
-        ):
-            sock.deferred_connect = True  # Linux defers the SYN to the first write
             self.host.on_connect(sock)
-            return 0
-        sock.deferred_connect = False
+            self.host.flush()
+            err = errno.EINPROGRESS
+        return (yield from self._connect_wait(sock, err, sock.nonblocking))
+
+    def _new_conn(self, sock: Sock, ip: str, port: int) -> Connection:
+        """A connection for an unconnected socket (tcp_v4_connect's part before the SYN)."""
+        lip, lport = sock.bound or (self.host.local_ip, 0)
         try:
-            self.stack.connect(conn, now)
+            conn = self.stack.create_connection(ip, port, local=lip, local_port=lport)
         except OSError as exc:
             raise SysError(exc.errno or errno.EINVAL) from exc
-        self.host.on_connect(sock)
-        self.host.flush()
-        if sock.nonblocking:
-            raise SysError(errno.EINPROGRESS)
-        while conn.state in (State.SYN_SENT, State.SYN_RECEIVED) and not conn.error:
-            yield None
-        if conn.error or conn.state is State.CLOSED:
-            raise SysError(take_error(conn) or errno.ECONNREFUSED)
+        self._apply_conn(sock, conn)
+        sock.conn = conn
+        self.last_sock = sock
+        return conn
+
+    def _connect_wait(self, sock: Sock, err: int, nonblocking: bool, writer: bool = False) -> SyscallGen:
+        """The end of __inet_stream_connect: wait out the handshake (or fail with ``err`` if
+        non-blocking); a failed connection reports its error and leaves the socket unconnected.
+        ``writer``: data waits to be written (inet_wait_for_connect's writebias)."""
+        conn = sock.conn
+        assert conn is not None
+        if conn.state in (State.SYN_SENT, State.SYN_RECEIVED):
+            if nonblocking:
+                raise SysError(err)
+            if writer:
+                conn.writer_waits(True)
+            try:
+                while conn.state in (State.SYN_SENT, State.SYN_RECEIVED) and not conn.error:
+                    yield None
+            finally:
+                if writer:
+                    conn.writer_waits(False)
+        if conn.state is State.CLOSED:
+            sock.sock_state = SS_UNCONNECTED
+            raise SysError(take_error(conn) or errno.ECONNABORTED)
+        sock.sock_state = SS_CONNECTED
         return 0
 
     def _apply_conn(self, sock: Sock, conn: Connection) -> None:
@@ -417,32 +466,30 @@ class Syscalls:
 
     # ---------------------------------------------------------------- data
 
-    def _send(self, sock: Sock, data: bytes, flags: int, fast_open: bool = False) -> SyscallGen:
+    def _send(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None = None) -> SyscallGen:
+        """tcp_sendmsg_locked; ``data`` None is a buffer the kernel cannot read (EFAULT)."""
         if flags & S["MSG_PRELOAD"]:
             # Listener preload: the data goes out on every later passive connection, sent by
             # the stack itself (after the 3rd ACK, or in a fast-open SYN-ACK).
             lst = sock.listener
             if lst is None or lst.closed:
                 raise SysError(errno.EINVAL)
+            if data is None:
+                raise SysError(errno.EFAULT)
             try:
                 lst.set_preload(data, self.host.now())
             except OSError as exc:
                 raise SysError(exc.errno or errno.EINVAL) from exc
             return len(data)
         more = bool(flags & S["MSG_MORE"])
+        eor = bool(flags & S["MSG_EOR"])
         nonblocking = sock.nonblocking or bool(flags & S["MSG_DONTWAIT"])
-        conn = sock.conn
-        if fast_open or sock.deferred_connect:
-            if conn is None:
-                raise SysError(errno.ENOTCONN)
-            sock.deferred_connect = False
-            n = fastopen.tfo_connect(conn, data, self.host.now())
-            self.host.on_connect(sock)
-            self.host.flush()
-            if sock.nonblocking and n == 0 and data:
-                raise SysError(errno.EINPROGRESS)
-            return n
         total = 0
+        if flags & S["MSG_FASTOPEN"] or sock.deferred_connect:
+            total, done = yield from self._sendmsg_fastopen(sock, data, addr, nonblocking)
+            if done:
+                return total       # EINPROGRESS with data in the SYN: the SYN's bytes count
+        conn = sock.conn
         asleep = -1  # the socket's wake-up count when this writer went to sleep
         while True:
             if conn is None:
@@ -459,17 +506,31 @@ class Syscalls:
                 State.SYN_RECEIVED,
             ):
                 raise SysError(errno.EPIPE)
+            if conn.state is State.SYN_SENT or (conn.state is State.SYN_RECEIVED and not conn.passive):
+                # sk_stream_wait_connect: only a passive fast-open child sends before ESTABLISHED.
+                if nonblocking:
+                    if total:
+                        return total
+                    raise SysError(errno.EAGAIN)
+                conn.writer_waits(True)        # sk_stream_wait_connect
+                try:
+                    yield None
+                finally:
+                    conn.writer_waits(False)
+                continue
+            if data is None:
+                raise SysError(errno.EFAULT)   # the copy from user memory failed
             if asleep >= 0:
                 # Linux sk_stream_wait_memory(): sleep until woken (sk_stream_write_space once
                 # writable, or any other wake-up), then go on if sk_stream_memory_free().
                 if conn.sk_wakeups == asleep or not conn.memory_free:
                     asleep = conn.sk_wakeups
-                    conn.sock_nospace = True
+                    conn.note_nospace()
                     yield None
                     continue
                 asleep = -1
             try:
-                n = conn.send(data[total:], self.host.now(), more=more)
+                n = conn.send(data[total:], self.host.now(), more=more, eor=eor)
             except OSError as exc:
                 raise SysError(exc.errno or errno.EPIPE) from exc
             if n and not conn.is_synchronized:
@@ -478,7 +539,7 @@ class Syscalls:
             total += n
             if total >= len(data):
                 return total
-            conn.sock_nospace = True  # tcp_sendmsg_locked wait_for_space: SOCK_NOSPACE
+            conn.note_nospace()  # tcp_sendmsg_locked wait_for_space: SOCK_NOSPACE
             if nonblocking:
                 if total:
                     return total
@@ -486,28 +547,54 @@ class Syscalls:
             asleep = conn.sk_wakeups
             yield None
 
+    def _sendmsg_fastopen(self, sock: Sock, data: bytes | None, addr: Expr | None, nonblocking: bool
+                          ) -> Generator[float | None, None, tuple[int, bool]]:
+        """tcp_sendmsg_fastopen then __inet_stream_connect(is_sendmsg): connect with what the SYN
+        may carry of ``data``. Returns (bytes the SYN took, True if the call ends there)."""
+        if not fastopen_client.client_enabled(self.stack) or (addr is not None and _unspec(addr)):
+            raise SysError(errno.EOPNOTSUPP)
+        now = self.host.now()
+        no_cookie = sock.options.tfo_no_cookie
+        copied = 0
+        if sock.deferred_connect and sock.conn is not None:
+            sock.deferred_connect = False
+            copied = fastopen.tfo_connect(sock.conn, data, now, no_cookie=no_cookie)
+            self.host.on_connect(sock)
+            self.host.flush()
+            err = errno.EINPROGRESS
+        elif sock.sock_state == SS_CONNECTED:
+            raise SysError(errno.EISCONN)
+        elif sock.sock_state == SS_CONNECTING:
+            err = errno.EALREADY
+        else:
+            _fam, ip, port = _sockaddr(addr if addr is not None else EllipsisExpr(), self.host.remote_ip,
+                                       self.host.connect_port)
+            conn = self._new_conn(sock, ip, port)
+            sock.sock_state = SS_CONNECTING
+            copied = fastopen.tfo_connect(conn, data, now, no_cookie=no_cookie)
+            self.host.on_connect(sock)
+            self.host.flush()
+            err = errno.EINPROGRESS
+        try:
+            yield from self._connect_wait(sock, err, nonblocking, writer=data is None or copied < len(data))
+        except SysError as exc:
+            if exc.errno == errno.EINPROGRESS and copied:
+                return copied, True
+            raise
+        return copied, False
+
     def sys_write(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
-        return (yield from self._send(sock, _buffer(args[1], value(args[2])), 0))
+        return (yield from self._send(sock, _user_buffer(args[1], value(args[2])), 0))
 
     def sys_send(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
-        return (yield from self._send(sock, _buffer(args[1], value(args[2])), value(args[3])))
+        return (yield from self._send(sock, _user_buffer(args[1], value(args[2])), value(args[3])))
 
     def sys_sendto(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
-        flags = value(args[3])
-        data = _buffer(args[1], value(args[2]))
-        if flags & S["MSG_FASTOPEN"]:
-            if sock.conn is None:
-                _fam, ip, port = _sockaddr(args[4], self.host.remote_ip, self.host.connect_port)
-                lip, lport = sock.bound or (self.host.local_ip, 0)
-                conn = self.stack.create_connection(ip, port, local=lip, local_port=lport)
-                self._apply_conn(sock, conn)
-                sock.conn = conn
-                self.last_sock = sock
-            return (yield from self._send(sock, data, flags, fast_open=True))
-        return (yield from self._send(sock, data, flags))
+        data = _user_buffer(args[1], value(args[2]))
+        return (yield from self._send(sock, data, value(args[3]), args[4] if len(args) > 4 else None))
 
     def sys_sendmsg(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
@@ -517,12 +604,11 @@ class Syscalls:
         named = msg.named()
         if "msg_control" in named:
             raise Unsupported("sendmsg() control messages not emulated")
-        data = (
-            b"".join(_buffer(base, ln) for base, ln in _iov(named["msg_iov"].value))
-            if "msg_iov" in named
-            else b""
-        )
-        return (yield from self._send(sock, data, value(args[2])))
+        iov = _iov(named["msg_iov"].value) if "msg_iov" in named else []
+        parts = [_user_buffer(base, ln) for base, ln in iov]
+        data = None if None in parts else b"".join(p for p in parts if p is not None)
+        addr = named["msg_name"].value if "msg_name" in named else None
+        return (yield from self._send(sock, data, value(args[2]), addr))
 
     def sys_writev(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
@@ -542,6 +628,8 @@ class Syscalls:
             if conn.collector is not None:
                 raise SysError(errno.EBUSY)
             if conn.readable_bytes:
+                if n and _null(want):
+                    raise SysError(errno.EFAULT)   # the copy to user memory failed: data stays
                 if peek:
                     data = conn.rcv_buf.peek(0, min(n, conn.readable_bytes))
                 else:
@@ -686,12 +774,16 @@ class Syscalls:
         conn = sock.conn
         if conn is None:
             return S["POLLOUT"] | S["POLLHUP"] if events & S["POLLOUT"] else S["POLLHUP"]
+        if sock.deferred_connect:
+            # tcp_poll: a deferred TCP_FASTOPEN_CONNECT socket is writable (write() sends the SYN).
+            return (S["POLLOUT"] | S["POLLWRNORM"]) & events
         if conn.error:
             out |= S["POLLERR"]
         closed = conn.state is State.CLOSED
         if closed or (conn.write_shutdown and (conn.fin_received or conn.read_shutdown)):
             out |= S["POLLHUP"]
-        if conn.fin_received or conn.read_shutdown:
+        if conn.fin_received or conn.read_shutdown or closed:
+            # tcp_done (reset, timeout) sets SHUTDOWN_MASK: readable (EOF or the error).
             out |= S["POLLIN"] | S["POLLRDNORM"] | S["POLLRDHUP"]
         if conn.readable_bytes:
             out |= S["POLLIN"] | S["POLLRDNORM"]
@@ -710,7 +802,7 @@ class Syscalls:
         next ACK that frees enough space wakes the poller (tcp_check_space)."""
         if conn.writable:
             return True
-        conn.sock_nospace = True
+        conn.note_nospace()
         return False
 
     def sys_poll(self, args: list[Expr]) -> SyscallGen:

@@ -18,13 +18,15 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from heapq import heappop, heappush
 from types import TracebackType
 from typing import Any
 
+from usertcp.native import mypyc_attr
 from usertcp.net.memnet import Host, LinkDirection, Network
+from usertcp.wire.segment import Buffer, TxPacket
 
 _DELIVER = 0
 _TIMER = 1
@@ -36,6 +38,14 @@ _MAX_TIMER_SPIN = 10_000
 Event = tuple[float, int, int, Any, Any]
 
 
+# Typed float | None, not the literal None: assigning None would narrow ``host.timer_at`` to
+# None for mypy across the _after() call that sets it, and mypyc would then check the float
+# read back against None (a TypeError at run time).
+_NO_TIMER: float | None = None
+
+
+# Compiled by mypyc; the asyncio driver (net/aio_driver.py) is an interpreted subclass.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DriverBase:
     """The heap and the per-endpoint stepping shared by both drivers."""
 
@@ -52,7 +62,9 @@ class DriverBase:
     def _after(self, host: Host, now: float) -> None:
         """Drain what ``host`` wants to send and re-arm its timer if it moved."""
         ep = host.endpoint
-        out = ep.datagrams_to_send()
+        # Network.transmit takes packets or plain buffers (a metering endpoint may hand over
+        # bytes): typed so, the compiled build checks each item against both.
+        out: Sequence[TxPacket | Buffer] = ep.datagrams_to_send()
         if out:
             tx = self.network.transmit
             for p in out:
@@ -66,7 +78,7 @@ class DriverBase:
                 heappush(self._heap, (t if t > now else now, self._next_seq(), _TIMER, host, host.timer_gen))
 
     def _fire(self, host: Host, now: float) -> None:
-        host.timer_at = None     # consumed: asking for the same deadline again re-arms it
+        host.timer_at = _NO_TIMER     # consumed: asking for the same deadline again re-arms it
         host.endpoint.handle_timer(now)
         self._after(host, now)
         t = host.timer_at
@@ -84,6 +96,9 @@ class DriverBase:
         False for a stale timer entry. The virtual-time loop inlines this, being the hot path.
         """
         if ev[2] == _DELIVER:
+            if ev[3].gro:
+                self._deliver_batch(ev[3], ev[4], ev[0], now)
+                return True
             data = ev[4]
             host = ev[3].arrive(data, now)
             if ev[3].trusted_csum:
@@ -97,6 +112,23 @@ class DriverBase:
             return False
         self._fire(host, now)
         return True
+
+    def _deliver_batch(self, direction: LinkDirection, data: bytes, due: float, now: float) -> None:
+        """A GRO link's delivery: with it, every delivery on the same direction due at the same
+        time (the next heap entries, nothing else between), as one poll batch; the link
+        coalesces the batch (Linux napi_gro_receive) and the receiver takes each result."""
+        heap = self._heap
+        batch = [data]
+        while heap:
+            nxt = heap[0]
+            if nxt[0] != due or nxt[2] != _DELIVER or nxt[3] is not direction:
+                break
+            batch.append(heappop(heap)[4])
+        host = direction.dst
+        receive = host.endpoint.receive
+        for pkt in direction.arrive_batch(batch, now):
+            receive(pkt, now, checksum_verified=True)
+            self._after(host, now)
 
     def _kick_all(self, now: float) -> None:
         for host in self.network.hosts:
@@ -151,6 +183,12 @@ class VirtualTimeDriver(DriverBase):
                 pop(heap)
                 if ev[2] == _DELIVER:
                     self._now = t
+                    if ev[3].gro:
+                        self._deliver_batch(ev[3], ev[4], t, t)
+                        n += 1
+                        if predicate is not None and predicate():
+                            return True
+                        continue
                     data = ev[4]
                     host = ev[3].arrive(data, t)
                     if ev[3].trusted_csum:       # an offload link, as loopback: no checksum pass
@@ -188,7 +226,12 @@ class VirtualTimeDriver(DriverBase):
             self._now = deadline
         return predicate()
 
-    wait_until = run_until
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """The blocking-call entry point drivers share; here the same as :meth:`run_until`.
+
+        A method rather than a class-level alias: mypyc compiles no method aliases.
+        """
+        return self.run_until(predicate, timeout)
 
     def run_for(self, seconds: float) -> None:
         """Process every event in the next ``seconds``; the clock ends at now + seconds."""
@@ -225,7 +268,7 @@ class RealTimeDriver(DriverBase):
         super().__init__(network)
         self.lock = threading.RLock()
         self._cond = threading.Condition(self.lock)
-        self._thread: threading.Thread | None = None
+        self._io_thread: threading.Thread | None = None
         self._running = False
         self.error: BaseException | None = None   # what killed the I/O thread, if anything
 
@@ -238,17 +281,17 @@ class RealTimeDriver(DriverBase):
                 return
             self._running = True
             self._kick_all(time.monotonic())
-        self._thread = threading.Thread(target=self._loop, name="usertcp-realtime", daemon=True)
-        self._thread.start()
+        self._io_thread = threading.Thread(target=self._loop, name="usertcp-realtime", daemon=True)
+        self._io_thread.start()
 
     def stop(self) -> None:
         with self._cond:
             self._running = False
             self._cond.notify_all()
-        thread = self._thread
+        thread = self._io_thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        self._thread = None
+        self._io_thread = None
 
     def __enter__(self) -> RealTimeDriver:
         self.start()
@@ -300,7 +343,7 @@ class RealTimeDriver(DriverBase):
 
         The predicate is evaluated with ``lock`` held, after each batch of events.
         """
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._io_thread:
             raise RuntimeError("wait_until called from the driver's own I/O thread")
         with self._cond:
             if predicate():

@@ -22,8 +22,10 @@ answers NET_XMIT_DROP), instead of the packet vanishing in a tail drop.
 
 With ``offload`` a link direction behaves as loopback or a virtio link with TSO/GRO: the
 stacks on it emit TCP super-packets of up to 64 KiB (``TxPacket.gso_size``, checksum left
-partial) and the link carries them whole, so the receiver takes one large segment (what
-GRO hands Linux) and the checksum is trusted as loopback trusts CHECKSUM_PARTIAL. Without
+partial) and the link carries them whole, so the receiver takes one large segment, and the
+checksum is trusted as loopback trusts CHECKSUM_PARTIAL. Segments that arrive together (due
+at the same time on one direction: a poll batch) are coalesced as GRO does, into packets of
+MSS-multiples up to 64 KiB (``wire/gro.py``; ``LinkStats.gro_merged`` counts them). Without
 ``offload`` (the default, what fidelity tests use) a super-packet a stack still emits is cut
 into MSS segments with complete checksums before it enters the link (Linux software GSO).
 """
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from usertcp.net.endpoint import Endpoint
 from usertcp.wire import icmp
+from usertcp.wire.gro import coalesce
 from usertcp.wire.packet import build_packet, parse_packet
 from usertcp.wire.segment import CWR, FIN, PSH, Buffer, TxPacket
 
@@ -55,6 +58,9 @@ Scheduler = Callable[[float, "LinkDirection", bytes], None]
 # Largest TSO/GSO packet a stack on an offload link may emit: an IPv4 total length (or an
 # IPv6 payload length) must fit 16 bits, with room for IP and TCP headers and options.
 OFFLOAD_GSO_MAX_SIZE = 65535 - 60 - 60 - 40
+# The frame size of the wire behind an offload link: GRO joins packets up to this size (wire
+# segments); larger ones are TSO packets the link carries whole, as loopback and virtio do.
+GRO_WIRE_MTU = 1500
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class LinkStats:
     too_big: int = 0
     bytes: int = 0
     bytes_delivered: int = 0
+    gro_merged: int = 0                  # packets GRO joined to the one before (offload links)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -164,7 +171,7 @@ class LinkDirection:
     """One direction of a link: a transmit queue, a wire and its impairments."""
 
     __slots__ = ("network", "src", "dst", "name", "stats", "config", "_impaired", "_reorder_delay",
-                 "_busy_until", "_queue", "_last_arrival", "_reserved", "trusted_csum")
+                 "_busy_until", "_queue", "_last_arrival", "_reserved", "trusted_csum", "gro")
 
     def __init__(self, network: Network, src: Host, dst: Host, config: LinkConfig) -> None:
         self.network = network
@@ -180,6 +187,7 @@ class LinkDirection:
         self._impaired = False
         self._reorder_delay = 0.0
         self.trusted_csum = False        # deliveries skip checksum verification (offload)
+        self.gro = False                 # deliveries due together are coalesced (offload)
         self.set_config(config)
 
     def set_config(self, config: LinkConfig) -> None:
@@ -193,6 +201,9 @@ class LinkDirection:
             self.network._enable_backpressure(self.src)
         # A corrupting link must leave the checksum to catch its flips.
         self.trusted_csum = config.offload and not config.corrupt
+        # GRO (Linux coalesces only checksum-verified segments): the driver hands the packets
+        # due at the same time to arrive_batch().
+        self.gro = self.trusted_csum
         if config.offload:
             _enable_offload(self.src.endpoint)
 
@@ -318,6 +329,25 @@ class LinkDirection:
         if net._deliver_taps:
             net._run_taps(net._deliver_taps, data, now, self)
         return self.dst
+
+    def arrive_batch(self, batch: list[bytes], now: float) -> list[bytes]:
+        """Account deliveries due together (one poll batch) and return what GRO hands the
+        receiver: runs of MSS-sized segments of one flow joined into MSS-multiples
+        (``wire/gro.py``); TSO packets pass whole. Deliver taps see the result, as tcpdump
+        on a Linux receiver sees packets after GRO."""
+        if len(batch) == 1:
+            self.arrive(batch[0], now)
+            return batch
+        out = coalesce(batch, GRO_WIRE_MTU)
+        st = self.stats
+        st.delivered += len(batch)
+        st.bytes_delivered += sum(map(len, batch))
+        st.gro_merged += len(batch) - len(out)
+        net = self.network
+        if net._deliver_taps:
+            for data in out:
+                net._run_taps(net._deliver_taps, data, now, self)
+        return out
 
     def __repr__(self) -> str:
         return f"LinkDirection({self.name})"

@@ -61,6 +61,7 @@ class StackConfig:
     fastopen: int = TFO_CLIENT_ENABLE     # tcp_fastopen bit mask
     fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
     fastopen_backup_key: bytes | None = None
+    fastopen_blackhole_timeout: float = 0.0  # tcp_fastopen_blackhole_timeout_sec (0: off, 5.14+)
     syncookies: int = 1                   # tcp_syncookies
     max_syn_backlog: int = 4096           # tcp_max_syn_backlog
     somaxconn: int = 4096
@@ -175,6 +176,8 @@ _SYSCTLS = {
     "tcp_ecn_fallback": _set_bool("ecn_fallback"),
     "tcp_fastopen": _set_int("fastopen"),
     "tcp_fastopen_key": _set_tfo_key,
+    "tcp_fastopen_blackhole_timeout_sec":
+        lambda c, v: setattr(c, "fastopen_blackhole_timeout", float(_int(v))),
     "tcp_syncookies": _set_int("syncookies"),
     "tcp_max_syn_backlog": _set_int("max_syn_backlog"),
     "tcp_reordering": _set_int("reordering"),

@@ -32,6 +32,7 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from usertcp.native import mypyc_attr
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 
 
+@mypyc_attr(native_class=False)      # mypyc compiles no subclass of this builtin exception
 class ReceiveClaimedError(OSError):
     """A read of a receive side that a payload-object collector owns (the objects design's
     patch 1, an exclusive receive claim): the socket, asyncio and drill layers report EBUSY."""
@@ -121,6 +123,7 @@ class Connection:
         self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
         self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
+        self.write_pending = 0             # sk_write_pending: writers waiting for the handshake
         self.total_retrans = 0
         self.syn_retries = 0
 
@@ -154,7 +157,6 @@ class Connection:
         self.peer_mss = 536
         self.user_mss = 0              # TCP_MAXSEG
         self.mss = 536                 # effective send MSS (payload bytes per segment)
-        self.syn_options_sent: dict[str, int] = {}
         self.md5_key: bytes | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys set on this socket
         self.pred_flags = 0                    # 0: header prediction off
@@ -272,6 +274,11 @@ class Connection:
         q = self.snd_buf.wmem_queued
         return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1
 
+    def writer_waits(self, waiting: bool) -> None:
+        """A writer starts (or stops) waiting for the handshake to end (Linux sk_write_pending):
+        while one waits, the SYN-ACK's ACK is left for its data to carry."""
+        self.write_pending += 1 if waiting else -1
+
     def write_space(self) -> None:
         """Linux sk_stream_write_space(): wake a writer short of send buffer (SOCK_NOSPACE)
         once the socket is writable again."""
@@ -303,6 +310,7 @@ class Connection:
             if not self.sndbuf_locked:
                 self.tx.sndbuf_expand()    # tcp_init_buffer_space()
             self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
+            self.rx.lrcvtime = now       # tcp_finish_connect / tcp_create_openreq_child
         elif effects & Effect.ATTEMPT_FAILED:
             self.mib["TcpAttemptFails"] += 1
         self.stack.trace_state(self, old, state, now)
@@ -349,11 +357,34 @@ class Connection:
     def inherit(self, options: dict[str, object], md5_keys: Md5Keys | None) -> None:
         """A passive child takes what its listening socket set (Linux sk_clone): the socket
         options, and the TCP-MD5 key for its peer (RFC 2385)."""
-        for name, value in options.items():
-            setattr(self, name, value)
+        self.apply_options(options)
         if md5_keys is not None:
             self.md5_keys = md5_keys
             self.md5_key = md5_keys.lookup(self.remote_ip)
+
+    def apply_options(self, options: dict[str, object]) -> None:
+        """Socket options the socket layer keeps by attribute name (TCP_NODELAY, keepalive...)."""
+        for name, value in options.items():
+            setattr(self, name, value)
+
+    def set_md5_keys(self, keys: Md5Keys | None) -> None:
+        """TCP_MD5SIG: the socket's key list (the key for this peer is looked up at open)."""
+        self.md5_keys = keys
+
+    def set_congestion_control(self, cc: CongestionControl) -> None:
+        """TCP_CONGESTION; the socket layer allows it only before data flows."""
+        self.cc = cc
+
+    def take_error(self) -> int:
+        """Read and clear the pending socket error: Linux reports sk_err once (sock_error)."""
+        err = self.error
+        self.error = 0
+        return err
+
+    def note_nospace(self) -> None:
+        """A writer is short of send buffer (Linux SOCK_NOSPACE): the ACK that makes the socket
+        writable again wakes it (``write_space``), and ACKs may grow the buffer."""
+        self.sock_nospace = True
 
     def mark_accepted(self, fastopen_child: bool) -> None:
         """accept() handed this connection to the application. A fast-open child reset in
@@ -364,14 +395,14 @@ class Connection:
 
     # ----------------------------------------------------------- user commands
 
-    def send(self, data: Buffer, now: float, *, more: bool = False) -> int:
+    def send(self, data: Buffer, now: float, *, more: bool = False, eor: bool = False) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
         how many bytes were taken, 0 when a new skb is needed and none may be opened."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        copied = self.tx.write(data, now, more)
+        copied = self.tx.write(data, now, more, eor)
         if copied and self.is_synchronized:
             self.reschedule()      # the stack must learn the retransmission deadline
         return copied
@@ -383,19 +414,16 @@ class Connection:
         for v in views:
             self.snd_buf.append(v)
             total += len(v)
-        self.tx.push_end = self.snd_buf.end
+        self.tx.mark_pushed()
         return total
 
     def send_views(self, views: list[memoryview], now: float) -> int:
         """Queue immutable views by reference (payload objects): no copy, no limit check."""
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        total = 0
-        for v in views:
-            self.snd_buf.append(v)
-            total += len(v)
+        total = self.queue_views(views)
         self.tx.more_pending = False
-        self.tx.push_end = self.snd_buf.end
+        self.tx.mark_pushed()
         if self.is_synchronized:
             self.tx.run(now)
             self.reschedule()
@@ -478,10 +506,7 @@ class Connection:
         if self.state is not State.CLOSED:
             self.stack.orphan_count_add(1)    # _close_now takes it off again
         st = self.state
-        if st in (State.CLOSED, State.LISTEN):
-            self.close_now(now)
-            return
-        if st is State.SYN_SENT:
+        if st in (State.CLOSED, State.LISTEN, State.SYN_SENT):
             self.close_now(now)
             return
         if len(self.rcv_buf) or self.linger_zero:
@@ -530,6 +555,7 @@ class Connection:
         if self.closed_by_app:
             self.rcv_buf.detach_account()
         self.set_state(State.CLOSED, now)
+        self.stack.on_destroy(self, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF
         self.recovery.rtx.clear()
@@ -842,6 +868,6 @@ class Connection:
 
     # ----------------------------------------------------------------- tcp_info
 
-    def info(self) -> dict[str, int]:
+    def info(self, now: float | None = None) -> dict[str, int]:
         """A Linux ``struct tcp_info``-like view (``tcp/info.py``)."""
-        return tcp_info(self)
+        return tcp_info(self, now)

@@ -27,11 +27,12 @@ if TYPE_CHECKING:
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "ce_state", "conn", "dsack", "pingpong", "quickack")
+    __slots__ = ("ack_now", "ack_pending", "ce_state", "conn", "dsack", "lrcvtime", "pingpong", "quickack")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
         self.ack_pending = 0           # bytes received and not yet acknowledged
+        self.lrcvtime = -1.0           # when data last arrived (Linux icsk_ack.lrcvtime)
         self.quickack = quickack       # ACKs still to send at once (Linux icsk_ack.quick)
         self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
@@ -51,6 +52,7 @@ class Receive:
         nxt = c.rcv_nxt
         if plen:
             c.data_segs_in += 1
+            self.lrcvtime = now        # tcp_event_data_recv(): icsk_ack.lrcvtime
         # Trim what was already received (RFC 9293 §3.10.7.4 "trim").
         if seg_off < nxt:
             cut = nxt - seg_off
@@ -264,6 +266,7 @@ class Receive:
         plen = len(payload)
         c.last_rcv_time = now
         c.data_segs_in += 1
+        self.lrcvtime = now
         self.grow_window(plen)
         if c.ecn_flags:
             self.ecn_check_ce(ecn, now)

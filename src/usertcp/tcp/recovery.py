@@ -38,8 +38,8 @@ class Recovery:
 
     __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
                  "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
-                 "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reordering",
-                 "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes")
+                 "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reord_seen",
+                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes")
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
@@ -65,6 +65,8 @@ class Recovery:
         self.fack_prior = -1           # rack_fack before the ACK being processed
         self.rack_reord = False        # reordering seen (RACK.reord)
         self.reordering = reordering   # tp->reordering, in segments (tcpi_reordering)
+        self.reord_seen = 0            # reordering events (tcpi_reord_seen)
+        self.reord_seen_in = -1        # segs_in of the ACK that counted the last one
 
     def trace_ca(self, old: int, trigger: str, now: float) -> None:
         """Congestion state and window changes for the event trace."""
@@ -123,26 +125,32 @@ class Recovery:
                         continue
                     if r.end > b and self.split_record(i, b) is None:
                         break
-                    n = r.end - r.start
-                    r.sacked = True
-                    rtx.unlink_sent(r)
-                    self.sacked_bytes += n
-                    c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
-                    if r.lost:
-                        self.lost_bytes -= n
-                        r.lost = False
-                    if r.retrans:
-                        self.retrans_bytes -= n
-                        r.retrans = False
-                    if r.end > self.high_sacked:
-                        self.high_sacked = r.end
-                    self.rack_note(r, now)
+                    self._tag_sacked(r, now)
                     new = True
-                    if r.tx_count == 1 and not c.ts_ok:
-                        c.rtt.on_sample(max(now - r.tx_time, 1e-6))
                     i = self._merge_sacked(i)
                 i += 1
         return new
+
+    def _tag_sacked(self, r: SentSegment, now: float) -> None:
+        """Linux tcp_sacktag_one: ``r`` is newly SACKed; it stops counting as lost or
+        retransmitted, and is a delivery for RACK and (without timestamps) an RTT sample."""
+        c = self.conn
+        n = r.end - r.start
+        r.sacked = True
+        self.rtx.unlink_sent(r)
+        self.sacked_bytes += n
+        c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
+        if r.lost:
+            self.lost_bytes -= n
+            r.lost = False
+        if r.retrans:
+            self.retrans_bytes -= n
+            r.retrans = False
+        if r.end > self.high_sacked:
+            self.high_sacked = r.end
+        self.rack_note(r, now)
+        if r.tx_count == 1 and not c.ts_ok:
+            c.rtt.on_sample(max(now - r.tx_time, 1e-6))
 
     def _merge_sacked(self, i: int) -> int:
         """Fold the just-SACKed record at ``i`` into SACKed neighbours it touches, so that a
@@ -214,6 +222,15 @@ class Recovery:
             self.rtx_hint = rtx[n - 1].end
         return n
 
+    def mark_head_lost(self) -> None:
+        """Linux tcp_mark_head_lost(sk, 1, 1) without SACK: one segment is lost, cut from
+        the head skb when that holds several (tcp_fragment)."""
+        r = self.rtx[0]
+        if r.end - r.start - (1 if r.fin else 0) > self.conn.mss \
+                and self.split_record(0, r.start + self.conn.mss) is None:
+            return                       # tcp_fragment refused: Linux breaks out unmarked
+        self.mark_lost(r)
+
     def mark_lost(self, r: SentSegment) -> None:
         c = self.conn
         if r.sacked or r.lost:
@@ -257,6 +274,10 @@ class Recovery:
             if r.tx_count == 1:
                 # Delivered below what was already delivered, never retransmitted: reordering.
                 self.rack_reord = True
+                if self.reord_seen_in != c.segs_in:
+                    # Linux tcp_check_sack_reordering: tp->reord_seen++, once per ACK.
+                    self.reord_seen += 1
+                    self.reord_seen_in = c.segs_in
                 dist = -(-(self.rack_fack - r.start) // max(c.mss, 1))
                 if dist > self.reordering:
                     self.reordering = min(dist, 300)       # Linux caps at tcp_max_reordering
@@ -454,6 +475,12 @@ class Recovery:
                 self._duplicate_ack(sack_new, now)
             elif sack_new:
                 self.detect_losses(now)
+            if (newly_sacked and self.reordering > c.config.reordering and not self.lost_bytes
+                    and self.ca_state in (CA_OPEN, CA_DISORDER)):
+                # Linux tcp_may_raise_cwnd: once reordering was seen, a SACK-only delivery
+                # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
+                c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
+                            app_limited=not c.cc.is_cwnd_limited())
         if ack_off > prior_una or newly_sacked:
             # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
             c.cc.on_ack_event(c.delivered_segs, ece, ack_off, c.snd_max)
@@ -485,7 +512,7 @@ class Recovery:
                 # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
                 self.reno_dupacks = max(self.reno_dupacks - acked // max(c.mss, 1), 0)
                 if self.rtx and not self.rtx[0].lost:
-                    self.mark_lost(self.rtx[0])
+                    self.mark_head_lost()
         elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
             self.ca_state = CA_OPEN
         elif self.ca_state == CA_CWR and ack_off > self.recover:
@@ -512,7 +539,7 @@ class Recovery:
             # held during fast recovery (RFC 6675 §5).
             c.cc.on_ack(self.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
                         prior_in_flight,
-                        app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+                        app_limited=not c.cc.is_cwnd_limited())
 
     def _duplicate_ack(self, sack_new: bool, now: float) -> None:
         """RFC 5681 §2 duplicate ACK: NewReno dupack counting without SACK (RFC 6582), loss
@@ -529,7 +556,7 @@ class Recovery:
             if self.ca_state != CA_CWR:
                 self.ca_state = CA_DISORDER
             if self.dupacks >= c.config.reordering and self.rtx:
-                self.mark_lost(self.rtx[0])
+                self.mark_head_lost()
                 self.enter_recovery(now)
         elif self.ca_state == CA_RECOVERY:
             self.reno_dupacks = min(self.reno_dupacks + 1, self.outstanding_segments())
@@ -640,7 +667,7 @@ class Recovery:
         tm.tlp_deadline = INF
         tm.arm_tlp(now)
         c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
-                       app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+                       app_limited=not c.cc.is_cwnd_limited())
         if c.state is not State.CLOSED:
             tx.run(now)
             tx.check_space()

@@ -462,6 +462,14 @@ class Stack:
         if self.hooks is not None:
             self.hooks.syn_rto(conn, now)
 
+    def write_timeout(self, conn: Connection, expired: bool, now: float) -> None:
+        if self.hooks is not None:
+            self.hooks.write_timeout(conn, expired, now)
+
+    def on_destroy(self, conn: Connection, now: float) -> None:
+        if self.hooks is not None:
+            self.hooks.on_destroy(conn, now)
+
     def on_established_passive(self, conn: Connection, now: float, ack_off: int = -1) -> None:
         lst = conn.listener
         queued = False

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from enum import IntEnum, IntFlag
 
+from usertcp.native import mypyc_attr
+
 
 class State(IntEnum):
     """TCP states, numbered as Linux's tcpi_state so tcp_info reads the same."""
@@ -81,6 +83,7 @@ for _old in State:
 del _old, _S
 
 
+@mypyc_attr(native_class=False)      # mypyc compiles no subclass of this builtin exception
 class IllegalTransition(RuntimeError):
     """A state change the table does not list: a bug in the caller, never the peer's doing."""
 

@@ -304,7 +304,7 @@ def cookie_ack(stack: Stack, listener: Listener, seg: Segment, now: float) -> bo
 
 def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wscale: int, sack: bool,
              ts_off: int, ecn: bool, now: float) -> Connection:
-    """The child as Connection.start_passive_open would have left it after its SYN-ACK.
+    """The child as Handshake.start_passive_open would have left it after its SYN-ACK.
 
     Linux cookie_v4_check -> cookie_tcp_reqsk_alloc / tcp_get_cookie_sock; the peer's SYN
     window is unknown, the 3rd ACK's window replaces it (Handshake.establish_passive).

@@ -121,7 +121,9 @@ class Timers:
         cfg = c.config
         st = c.state
         limit = cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries
-        if c.syn_retries >= limit or self.user_timeout_expired(now):
+        expired = c.syn_retries >= limit or self.user_timeout_expired(now)
+        c.stack.write_timeout(c, expired, now)     # Linux tcp_write_timeout
+        if expired:
             if st is State.SYN_RECEIVED and c.passive:
                 c.stack.forget_embryonic(c)
             c.fail(errno.ETIMEDOUT, now)
@@ -162,7 +164,9 @@ class Timers:
             return
         if c.snd_una >= c.snd_max:
             return
-        if self.retransmits >= cfg.retries2 or self.user_timeout_expired(now):
+        expired = self.retransmits >= cfg.retries2 or self.user_timeout_expired(now)
+        c.stack.write_timeout(c, expired, now)     # Linux tcp_write_timeout
+        if expired:
             c.fail(errno.ETIMEDOUT, now)
             return
         c.mib["TcpExtTCPTimeouts"] += 1

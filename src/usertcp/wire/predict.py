@@ -74,7 +74,8 @@ def checksums_ok(mv: memoryview, ip_len: int, tot: int, src: bytes, dst: bytes,
     v = _from_bytes(mv[ip_len:tot], "big")
     if tlen & 1:
         v <<= 8
-    return not mod_ffff(v + _from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen)
+    # The small terms first: each addition to the payload-sized integer copies it.
+    return not mod_ffff(v + (_from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen))
 
 
 def predicted_options(mv: memoryview, ip_len: int, tot: int, hp_word: int, md5_key: bytes | None,
