@@ -358,11 +358,25 @@ def test_msg_preload_needs_a_listener(w: World) -> None:
     with pytest.raises(OSError) as ei:
         w.a.socket().send(b"x", us.MSG_PRELOAD)
     assert ei.value.errno == errno.EINVAL
-    # On a listener the data becomes the listener's preload (Listener.set_preload).
+    # On a listener successive writes append (the patch fills the write queue's tail);
+    # setsockopt(TCP_PRELOAD) replaces or, empty, clears it; getsockopt reads it back.
     lst = srv.listener
     assert lst is not None
-    assert srv.send(bytearray(b"HELLO"), us.MSG_PRELOAD) == 5
-    assert lst.preload == b"HELLO"
+    assert srv.send(bytearray(b"HEL"), us.MSG_PRELOAD) == 3
+    assert srv.send(b"LO", us.MSG_PRELOAD) == 2
+    assert srv.send(b"", us.MSG_PRELOAD) == 0
+    assert lst.preload == b"HELLO" == srv.getsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD)
+    srv.setsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD, b"BYE")
+    assert lst.preload == b"BYE"
+    srv.setsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD, b"")
+    assert lst.preload == b""
+    with pytest.raises(OSError) as ei:
+        c.setsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD, b"x")
+    assert ei.value.errno == errno.EINVAL
+    srv.send(b"x" * 65536, us.MSG_PRELOAD)
+    with pytest.raises(OSError) as ei:
+        srv.send(b"y", us.MSG_PRELOAD)              # PRELOAD_MAX is on the total
+    assert ei.value.errno == errno.EMSGSIZE and lst.preload == b"x" * 65536
 
 
 def test_sendto_fastopen_without_cookie_then_with(w: World) -> None:

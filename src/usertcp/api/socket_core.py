@@ -31,6 +31,7 @@ from usertcp.api.constants import (
     SOL_SOCKET,
     TCP_CONGESTION,
     TCP_INFO,
+    TCP_PRELOAD,
     AddressFamily,
     SocketKind,
     gaierror,
@@ -195,7 +196,9 @@ class SocketCore:
             return True            # recv fails at once with ENOTCONN / reads EOF
         if conn.state in CONNECTING or conn.collector is not None:
             return False           # a collected socket's bytes belong to the object ring (EBUSY)
-        return conn.readable_bytes > 0 or eof_or_error(conn)
+        # tcp_poll: a queued zerocopy completion or timestamp is EPOLLERR, which select() and
+        # poll() readers see as readable (recvmsg(MSG_ERRQUEUE) reads it).
+        return conn.readable_bytes > 0 or eof_or_error(conn) or bool(conn.errqueue)
 
     def poll_writable(self, *, waiting: bool = True) -> bool:
         """send would not block (a failed or finished connect included); EBADF once closed.
@@ -545,6 +548,9 @@ class SocketCore:
             if level == IPPROTO_TCP and optname == TCP_CONGESTION:
                 name = self._options.congestion_name(self._conn).encode()
                 return name.ljust(buflen, b"\0")[:buflen] if buflen else name
+            if level == IPPROTO_TCP and optname == TCP_PRELOAD:
+                data = self._listener.preload if self._listener is not None else b""
+                return data[:buflen] if buflen else data
             if level == SOL_SOCKET and optname == SO_LINGER and buflen:
                 return struct.pack("ii", *self._options.linger)[:buflen]
             v = self._options.get(level, optname, conn=self._conn, listener=self._listener)

@@ -32,19 +32,21 @@ from collections.abc import Iterable
 from typing import Any, BinaryIO, Final, cast
 
 from usertcp.api import constants as _constants
-from usertcp.api import stdio
+from usertcp.api import errqueue, stdio
 from usertcp.api.blocking import BLOCK as _BLOCK
 from usertcp.api.blocking import Blocked
 from usertcp.api.constants import *  # noqa: F403 - the Linux numbers are part of this API
 from usertcp.api.constants import (
     MSG_DONTWAIT,
     MSG_EOR,
+    MSG_ERRQUEUE,
     MSG_FASTOPEN,
     MSG_MORE,
     MSG_NOSIGNAL,
     MSG_PEEK,
     MSG_PRELOAD,
     MSG_WAITALL,
+    MSG_ZEROCOPY,
     os_error,
 )
 from usertcp.api.host import (
@@ -62,6 +64,7 @@ from usertcp.api.sockopts import as_bytes_view, take_error
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.fastopen import tfo_connect
 from usertcp.tcp.fastopen_client import client_enabled
+from usertcp.tcp.zerocopy import ZerocopySend
 
 __all__ = [
     *_constants.__all__,
@@ -79,7 +82,8 @@ __all__ = [
 
 
 
-_SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR | MSG_FASTOPEN | MSG_PRELOAD
+_SEND_FLAGS = (MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR | MSG_FASTOPEN | MSG_PRELOAD
+               | MSG_ZEROCOPY)
 _RECV_FLAGS = MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL
 
 
@@ -156,14 +160,20 @@ class Socket(SocketCore):
             lst = self._listener
             if lst is None or lst.closed:
                 raise os_error(errno.EINVAL, "MSG_PRELOAD needs a listening socket")
-            lst.set_preload(bytes(view), self._host.driver.now())
+            try:
+                n = lst.append_preload(bytes(view), self._host.driver.now())   # patch 1: appends
+            except OSError as exc:
+                raise os_error(exc.errno or errno.EINVAL, str(exc)) from None
         self._kick()
-        return len(view)
+        return n
 
     def _send_some(self, data: Any, view: memoryview, flags: int) -> int:
         more = bool(flags & MSG_MORE)
         eor = bool(flags & MSG_EOR)
-        # bytes go to the stack by reference; anything mutable is copied by Connection.send.
+        # bytes go to the stack by reference; anything mutable is copied by Connection.send,
+        # unless MSG_ZEROCOPY (with SO_ZEROCOPY; else ignored, as Linux TCP) pins it until its
+        # completion arrives on the error queue (usertcp.tcp.zerocopy).
+        zerocopy = bool(flags & MSG_ZEROCOPY) and self.options.zerocopy
         payload: Any = data if isinstance(data, bytes) else view
 
         def attempt(now: float) -> int | Blocked:
@@ -172,7 +182,10 @@ class Socket(SocketCore):
                 return _BLOCK
             if conn.send_space <= 0 and len(view):
                 return _BLOCK
-            n = conn.send(payload, now, more=more, eor=eor)
+            zc = ZerocopySend(conn) if zerocopy and len(view) else None
+            n = conn.send(payload, now, more=more, eor=eor, pinned=zerocopy, tstamp=2)
+            if zc is not None:
+                zc.finish(conn)
             if conn.state is State.SYN_RECEIVED:
                 conn.output(now)        # a fast-open child may send before the 3rd ACK (Linux)
             self._kick()
@@ -199,6 +212,7 @@ class Socket(SocketCore):
             raise os_error(errno.EOPNOTSUPP, f"unsupported sendall flags {flags:#x}")
         more = bool(flags & MSG_MORE)
         eor = bool(flags & MSG_EOR)
+        zerocopy = bool(flags & MSG_ZEROCOPY) and self.options.zerocopy
         total = len(view)
         sent = 0
         if self._tfo_deferred:
@@ -214,7 +228,11 @@ class Socket(SocketCore):
                     return _BLOCK
                 # A whole bytes object goes by reference; the core copies any other buffer.
                 chunk: Any = whole if sent == 0 and whole is not None else view[sent:]
-                sent += conn.send(chunk, now, more=more, eor=eor and sent + len(chunk) >= total)
+                zc = ZerocopySend(conn) if zerocopy else None     # one send() per chunk
+                sent += conn.send(chunk, now, more=more, eor=eor and sent + len(chunk) >= total,
+                                  pinned=zerocopy, tstamp=1)
+                if zc is not None:
+                    zc.finish(conn)
                 self._kick()
             return None
 
@@ -351,6 +369,13 @@ class Socket(SocketCore):
 
     def recvmsg(self, bufsize: int, ancbufsize: int = 0,
                 flags: int = 0) -> tuple[bytes, list[tuple[int, int, bytes]], int, None]:
+        """As :meth:`socket.socket.recvmsg`; with MSG_ERRQUEUE, one error-queue entry
+        (:mod:`usertcp.api.errqueue`: zerocopy completions, transmit timestamps)."""
+        if flags & MSG_ERRQUEUE:
+            if bufsize < 0 or ancbufsize < 0:
+                raise ValueError("negative buffer size in recvmsg()")
+            self._check_open()
+            return errqueue.recv_errqueue(self, ancbufsize)
         return stdio.recvmsg(self, bufsize, ancbufsize, flags)
 
     def recvmsg_into(self, buffers: Iterable[Any], ancbufsize: int = 0,

@@ -52,7 +52,6 @@ PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
         "tcp_ecn_option",
         "tcp_pacing_ss_ratio",
         "tcp_pacing_ca_ratio",
-        "tcp_notsent_lowat",
     }
 }
 
@@ -114,6 +113,8 @@ class Environment:
     _nstat_base: dict[str, int] = field(default_factory=dict)
     tx_blocked: bool = False        # TEST_DEVICE's qdisc holds no packet (pfifo limit 0)
     offload: bool = True            # TEST_DEVICE offers TSO (packetdrill's tun), until ethtool -K off
+    # The script's scratch file system: what its ``dd``/``rm`` commands made, for open().
+    files: dict[str, bytes] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ entry
 
@@ -164,6 +165,8 @@ class Environment:
             if stack is not None:
                 fastopen.flush_metrics(stack)
             return
+        if self._file_command(words):
+            return
         qdisc = _QDISC_SET.match(joined)
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=qdisc.group(2) is not None and int(qdisc.group(2)) == 0)
@@ -173,6 +176,26 @@ class Environment:
             self._set_qdisc(qdisc.group(1), blocked=False)
             return
         raise Unsupported(f"command not modelled: {statement!r}")
+
+    # ------------------------------------------------------------------ files
+
+    def _file_command(self, words: list[str]) -> bool:
+        """``rm -f PATH...`` and ``dd if=/dev/zero of=PATH bs=N count=M``: the scratch files."""
+        name = words[0].rsplit("/", 1)[-1]
+        if name == "rm" and len(words) > 1 and all(w.startswith("-") for w in words[1:2]):
+            for path in words[1:]:
+                if not path.startswith("-"):
+                    self.files.pop(path, None)
+            return True
+        if name == "dd":
+            ops = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            if set(ops) - {"if", "of", "bs", "count", "status"} or ops.get("if") != "/dev/zero" \
+                    or "of" not in ops:
+                return False
+            size = int(ops.get("bs", "512")) * int(ops.get("count", "0"))
+            self.files[ops["of"]] = bytes(size)
+            return True
+        return False
 
     # ------------------------------------------------------------------ link
 

@@ -23,7 +23,10 @@ from typing import Any, Protocol
 from usertcp.api.sockopts import Effect, SocketOptions, take_error
 from usertcp.drill.ast import BinOr, Call, EllipsisExpr, Expr, Int, List, String, Struct, Symbol
 from usertcp.drill.defaults import SYMBOLS, UNSUPPORTED_SYMBOLS
-from usertcp.drill.profile import Unsupported
+from usertcp.drill.epoll import EpollCalls
+from usertcp.drill.errqueue import SendNotes, recv_errqueue
+from usertcp.drill.files import FileCalls
+from usertcp.drill.profile import Environment, Unsupported
 from usertcp.tcp import fastopen, fastopen_client
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.stack import Listener, Stack
@@ -49,12 +52,13 @@ S = SYMBOLS
 # (level, optname) pairs the shim implements for setsockopt / getsockopt.
 SUPPORTED_SOCKOPTS: frozenset[tuple[str, str]] = frozenset(
     [("SOL_SOCKET", n) for n in ("SO_REUSEADDR", "SO_REUSEPORT", "SO_KEEPALIVE", "SO_SNDBUF", "SO_RCVBUF",
-                                 "SO_LINGER", "SO_ERROR", "SO_TYPE", "SO_ACCEPTCONN")]
+                                 "SO_LINGER", "SO_ERROR", "SO_TYPE", "SO_ACCEPTCONN", "SO_ZEROCOPY",
+                                 "SO_TIMESTAMPING", "SO_MARK")]
     + [(lvl, n) for lvl in ("SOL_TCP", "IPPROTO_TCP") for n in (
         "TCP_NODELAY", "TCP_CORK", "TCP_MAXSEG", "TCP_USER_TIMEOUT", "TCP_KEEPIDLE", "TCP_KEEPINTVL",
         "TCP_KEEPCNT", "TCP_FASTOPEN", "TCP_FASTOPEN_KEY", "TCP_FASTOPEN_CONNECT", "TCP_FASTOPEN_NO_COOKIE",
-        "TCP_MD5SIG", "TCP_MD5SIG_EXT")]
-    + [(lvl, n) for lvl in ("SOL_IP", "IPPROTO_IP") for n in ("IP_TOS", "IP_MTU_DISCOVER")]
+        "TCP_MD5SIG", "TCP_MD5SIG_EXT", "TCP_NOTSENT_LOWAT")]
+    + [(lvl, n) for lvl in ("SOL_IP", "IPPROTO_IP") for n in ("IP_TOS", "IP_MTU_DISCOVER", "IP_FREEBIND")]
 )  # fmt: skip
 
 SUPPORTED_SYSCALLS = frozenset(
@@ -82,6 +86,18 @@ SUPPORTED_SYSCALLS = frozenset(
         "fcntl",
         "ioctl",
         "poll",
+        # drill/epoll.py
+        "epoll_create",
+        "epoll_create1",
+        "epoll_ctl",
+        "epoll_wait",
+        "epoll_pwait",
+        # drill/files.py
+        "open",
+        "pipe",
+        "pipe2",
+        "sendfile",
+        "splice",
     ]
 )
 
@@ -107,6 +123,9 @@ class Host(Protocol):
     bind_port: int
     connect_port: int
     md5_key: bytes | None
+    tol_us: int        # the script's timing tolerance (times reported by calls are checked too)
+    tol_pct: float
+    env: Environment   # the script's commands (its scratch files)
 
     def now(self) -> float: ...
     def flush(self) -> None: ...
@@ -236,6 +255,9 @@ class Syscalls:
         # Sockets whose script fd a newer socket took (packetdrill maps script fds to live fds
         # and finds the newest first): still open, no longer reachable from the script.
         self.shadowed: list[Sock] = []
+        # Other open files (epoll instances, pipes, regular files): same fd space as sockets.
+        self.files: dict[int, object] = {}
+        self._calls: tuple[object, ...] = (EpollCalls(self), FileCalls(self))
 
     # The stack the host runs; looked up each time (it is created after the init command).
     @property
@@ -244,6 +266,8 @@ class Syscalls:
 
     def start(self, name: str, args: list[Expr]) -> SyscallGen:
         handler: Callable[[list[Expr]], SyscallGen] | None = getattr(self, "sys_" + name, None)
+        for calls in self._calls:
+            handler = handler or getattr(calls, "sys_" + name, None)
         if handler is None:
             raise Unsupported(f"system call {name}() not emulated")
         return handler(args)
@@ -252,8 +276,14 @@ class Syscalls:
         fd = value(expr)
         sock = self.fds.get(fd)
         if sock is None:
-            raise SysError(errno.EBADF)
+            raise SysError(errno.ENOTSOCK if fd in self.files else errno.EBADF)
         return sock
+
+    def new_file(self, obj: object) -> int:
+        """Give a non-socket file the lowest free fd."""
+        fd = self._new_fd()
+        self.files[fd] = obj
+        return fd
 
     def _new_fd(self) -> int:
         hint, self.fd_hint = self.fd_hint, None
@@ -263,7 +293,7 @@ class Syscalls:
                 self.shadowed.append(old)
             return hint
         fd = 3
-        while fd in self.fds:
+        while fd in self.fds or fd in self.files:
             fd += 1
         return fd
 
@@ -435,6 +465,8 @@ class Syscalls:
         sock.options.apply_to_connection(conn)
 
     def sys_close(self, args: list[Expr]) -> SyscallGen:
+        if self.files.pop(value(args[0]), None) is not None:
+            return 0
         sock = self._sock(args[0])
         now = self.host.now()
         del self.fds[sock.fd]
@@ -468,16 +500,24 @@ class Syscalls:
 
     def _send(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None = None) -> SyscallGen:
         """tcp_sendmsg_locked; ``data`` None is a buffer the kernel cannot read (EFAULT)."""
+        notes = SendNotes(sock, flags) if sock.conn is not None else None   # MSG_ZEROCOPY, timestamps
+        try:
+            return (yield from self._send_data(sock, data, flags, addr))
+        finally:
+            if notes is not None:
+                notes.finish(sock)
+
+    def _send_data(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None) -> SyscallGen:
         if flags & S["MSG_PRELOAD"]:
-            # Listener preload: the data goes out on every later passive connection, sent by
-            # the stack itself (after the 3rd ACK, or in a fast-open SYN-ACK).
+            # Listener preload: appended to what goes out on every later passive connection,
+            # sent by the stack itself (after the 3rd ACK, or in a fast-open SYN-ACK).
             lst = sock.listener
             if lst is None or lst.closed:
                 raise SysError(errno.EINVAL)
             if data is None:
                 raise SysError(errno.EFAULT)
             try:
-                lst.set_preload(data, self.host.now())
+                lst.append_preload(data, self.host.now())
             except OSError as exc:
                 raise SysError(exc.errno or errno.EINVAL) from exc
             return len(data)
@@ -530,7 +570,8 @@ class Syscalls:
                     continue
                 asleep = -1
             try:
-                n = conn.send(data[total:], self.host.now(), more=more, eor=eor)
+                n = conn.send(data[total:], self.host.now(), more=more, eor=eor,
+                              tstamp=2 if nonblocking else 1)
             except OSError as exc:
                 raise SysError(exc.errno or errno.EPIPE) from exc
             if n and not conn.is_synchronized:
@@ -586,6 +627,10 @@ class Syscalls:
     def sys_write(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
         return (yield from self._send(sock, _user_buffer(args[1], value(args[2])), 0))
+
+    def send_bytes(self, sock: Sock, data: bytes, flags: int) -> SyscallGen:
+        """A write of ``data`` with send flags (sendfile's path into the socket)."""
+        return (yield from self._send(sock, data, flags))
 
     def sys_send(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
@@ -663,9 +708,12 @@ class Syscalls:
         msg = args[1]
         if not isinstance(msg, Struct) or "msg_iov" not in msg.named():
             raise Unsupported("recvmsg() needs a msghdr with msg_iov")
+        flags = value(args[2])
+        if flags & S["MSG_ERRQUEUE"]:
+            return recv_errqueue(self.host, sock, msg)
         iov = _iov(msg.named()["msg_iov"].value)
         want: Expr = iov[0][0] if len(iov) == 1 else EllipsisExpr()
-        return (yield from self._recv(sock, want, sum(ln for _b, ln in iov), value(args[2])))
+        return (yield from self._recv(sock, want, sum(ln for _b, ln in iov), flags))
 
     def sys_readv(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])
@@ -722,7 +770,7 @@ class Syscalls:
         want = args[3]
         if not _ellipsis(want):
             expected = value(want)
-            if expected != actual:
+            if (expected - actual) % (1 << 32):      # an int: [0xffffffff] reads as -1
                 raise Mismatch(f"getsockopt({name}) value: expected {expected}, actual {actual}")
         return 0
         yield  # pragma: no cover
@@ -777,8 +825,8 @@ class Syscalls:
         if sock.deferred_connect:
             # tcp_poll: a deferred TCP_FASTOPEN_CONNECT socket is writable (write() sends the SYN).
             return (S["POLLOUT"] | S["POLLWRNORM"]) & events
-        if conn.error:
-            out |= S["POLLERR"]
+        if conn.error or conn.errqueue:
+            out |= S["POLLERR"]             # tcp_poll: sk_err or a non-empty sk_error_queue
         closed = conn.state is State.CLOSED
         if closed or (conn.write_shutdown and (conn.fin_received or conn.read_shutdown)):
             out |= S["POLLHUP"]

@@ -36,6 +36,7 @@ from usertcp.native import mypyc_attr
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
+from usertcp.tcp.errqueue import ErrorQueue
 from usertcp.tcp.handshake import Handshake
 from usertcp.tcp.info import tcp_info
 from usertcp.tcp.md5sig import Md5Keys
@@ -47,6 +48,7 @@ from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import CURR_ESTAB, RECEIVING, SENDING, SYNCHRONIZED, Effect, State, transition_effects
 from usertcp.tcp.timers import Timers
+from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE, notsent_below_lowat
 from usertcp.wire.segment import ACK, FIN, RST, SYN, URG, Buffer, Segment
 
 if TYPE_CHECKING:
@@ -124,6 +126,10 @@ class Connection:
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
         self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
         self.write_pending = 0             # sk_write_pending: writers waiting for the handshake
+        # Other entries of the wait queue (epoll items): called with each wake-up's poll key.
+        self.wait_entries: list[Callable[[int], None]] = []
+        self.notsent_lowat = 0             # TCP_NOTSENT_LOWAT (0: the sysctl's value)
+        self.errqueue: ErrorQueue | None = None   # sk_error_queue, once zerocopy/timestamping is used
         self.total_retrans = 0
         self.syn_retries = 0
 
@@ -259,32 +265,47 @@ class Connection:
     @property
     def send_space(self) -> int:
         """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
-        return min(self.snd_buf.room(self.tx.size_goal(), self.sndbuf_limit),
-                   self.stack.mem.send_room(self.snd_buf.wmem_queued, self.config.wmem[0]))
+        goal = self.tx.size_goal()
+        # tcp_stream_memory_free(): past TCP_NOTSENT_LOWAT only the tail skb may still grow.
+        room = self.snd_buf.room(goal, self.sndbuf_limit) if notsent_below_lowat(self, 0) \
+            else self.snd_buf.tail_room(goal)
+        return min(room, self.stack.mem.send_room(self.snd_buf.wmem_queued, self.config.wmem[0]))
 
     @property
     def memory_free(self) -> bool:
         """Linux sk_stream_memory_free(): a write may open a new skb."""
-        return self.snd_buf.wmem_queued < self.sndbuf_limit
+        return self.snd_buf.wmem_queued < self.sndbuf_limit and notsent_below_lowat(self, 0)
 
     @property
     def writable(self) -> bool:
-        """Linux __sk_stream_is_writeable(): POLLOUT, and when a sleeping writer is woken
-        (sk_stream_write_space): the free space is at least half of what is queued."""
+        """Linux __sk_stream_is_writeable(sk, 1): POLLOUT, and when a sleeping writer is woken
+        (sk_stream_write_space): free space >= half of what is queued, unsent < lowat / 2."""
         q = self.snd_buf.wmem_queued
-        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1
+        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1 and notsent_below_lowat(self, 1)
 
     def writer_waits(self, waiting: bool) -> None:
         """A writer starts (or stops) waiting for the handshake to end (Linux sk_write_pending):
         while one waits, the SYN-ACK's ACK is left for its data to carry."""
         self.write_pending += 1 if waiting else -1
 
-    def write_space(self) -> None:
-        """Linux sk_stream_write_space(): wake a writer short of send buffer (SOCK_NOSPACE)
-        once the socket is writable again."""
-        if self.sock_nospace and self.writable:
+    def write_space(self, *, nospace_only: bool = True) -> None:
+        """Linux sk_stream_write_space(): wake writers once writable; after an ACK
+        (tcp_check_space) only if one ran short (SOCK_NOSPACE), from a socket option always."""
+        if (self.sock_nospace or not nospace_only) and self.writable:
             self.sock_nospace = False
-            self.sk_wakeups += 1
+            self.wake(KEY_WRITABLE)
+
+    def error_queue(self) -> ErrorQueue:
+        """The socket's error queue (zerocopy completions, transmit timestamps), made on first use."""
+        if self.errqueue is None:
+            self.errqueue = ErrorQueue(self)
+        return self.errqueue
+
+    def wake(self, key: int) -> None:
+        """Wake the socket's wait queue: sleeping callers re-check, epoll items see ``key``."""
+        self.sk_wakeups += 1
+        for entry in self.wait_entries:
+            entry(key)
 
     @property
     def is_synchronized(self) -> bool:
@@ -304,7 +325,7 @@ class Connection:
             self.mib["TcpCurrEstab"] += 1
         elif was and not now_in:
             self.mib["TcpCurrEstab"] -= 1
-        self.sk_wakeups += 1             # sk_state_change() wakes every sleeper
+        self.wake(KEY_ANY)               # sk_state_change() wakes every sleeper
         if effects & Effect.OPENED:
             self.mib["TcpActiveOpens" if not self.passive else "TcpPassiveOpens"] += 1
             if not self.sndbuf_locked:
@@ -395,14 +416,17 @@ class Connection:
 
     # ----------------------------------------------------------- user commands
 
-    def send(self, data: Buffer, now: float, *, more: bool = False, eor: bool = False) -> int:
+    def send(self, data: Buffer, now: float, *, more: bool = False, eor: bool = False,
+             pinned: bool = False, tstamp: int = 0) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
-        how many bytes were taken, 0 when a new skb is needed and none may be opened."""
+        how many bytes were taken, 0 when a new skb is needed and none may be opened.
+        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion;
+        ``tstamp`` marks the write's end for SO_TIMESTAMPING (Output.write)."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        copied = self.tx.write(data, now, more, eor)
+        copied = self.tx.write(data, now, more, eor, pinned, tstamp)
         if copied and self.is_synchronized:
             self.reschedule()      # the stack must learn the retransmission deadline
         return copied
@@ -554,6 +578,8 @@ class Connection:
             self.snd_buf.acct = None
         if self.closed_by_app:
             self.rcv_buf.detach_account()
+        if self.errqueue is not None:
+            self.errqueue.on_purge()       # tcp_write_queue_purge frees the zerocopy buffers
         self.set_state(State.CLOSED, now)
         self.stack.on_destroy(self, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF

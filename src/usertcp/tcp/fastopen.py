@@ -6,9 +6,17 @@ installed, to which it forwards the methods it does not own). Per-connection sta
 lives in ``conn.tfo`` (a :class:`TfoState`).
 
 Server (net/ipv4/tcp_fastopen.c tcp_try_fastopen, tcp_minisocks.c tcp_check_req):
-- A listener's preload is an immutable ``bytes``; at SYN time the child takes it by
-  reference as the head of its send buffer (the snapshot), so application writes
-  follow it and a later ``set_preload`` only affects later SYNs.
+- A listener's preload is an immutable ``bytes``; the child takes it by reference as the
+  head of its send buffer (the snapshot), so application writes follow it. One snapshot
+  rule for every path, as the patch series: a request without Fast Open takes its copy
+  when its child is created at the 3rd ACK (patch 2 copies in tcp_create_openreq_child),
+  the SYN-cookie path included; a Fast Open child, created at the SYN, takes it then.
+- Only the first SYN-ACK of a Fast Open child carries data (patch 3 adds it to
+  TCP_SYNACK_FASTOPEN); retransmitted SYN-ACKs, on the timer or for a retransmitted SYN,
+  are tcp_rtx_synack's TCP_SYNACK_NORMAL: no data. The data stays outstanding and the
+  3rd ACK's ack point decides what is resent (patch 5). ``StackConfig.
+  preload_synack_rtx_data`` (off by default) resends it in every SYN-ACK instead
+  (measured in ``usertcp bench preload``).
 - A TFO child (valid cookie, or cookie not required) acks the SYN's data at once,
   goes to the accept queue in SYN-RECEIVED, and carries as much of the preload in its
   SYN-ACK as the peer's MSS (less the SYN-ACK options, RFC 6691), the peer's SYN
@@ -23,7 +31,8 @@ Client: ``tcp/fastopen_client.py`` (``FastOpen.client``); the hooks below hand i
 connections whose ``conn.tfo`` is a ``ClientTfo``.
 
 What the socket layer calls:
-- listener: ``Listener.set_preload(data, now)`` (send(MSG_PRELOAD)); assigning
+- listener: ``Listener.append_preload(data, now)`` (send(MSG_PRELOAD): writes append),
+  ``Listener.set_preload(data, now)`` (setsockopt TCP_PRELOAD: replace or clear); assigning
   ``Listener.fastopen_qlen`` (setsockopt TCP_FASTOPEN); ``Listener.set_fastopen_key``
   (TCP_FASTOPEN_KEY, 16 or 32 bytes); ``Listener.fastopen_no_cookie`` (TCP_FASTOPEN_NO_COOKIE).
 - client: ``tfo_connect(conn, data, now)`` instead of ``stack.connect(conn, now)`` for
@@ -68,13 +77,14 @@ PRELOAD_MAX = 65536
 class TfoState:
     """Per-connection fast-open / preload state (``conn.tfo``)."""
 
-    __slots__ = ("client", "cookie_exp", "cookie_out", "preload_len", "queued", "synack_data")
+    __slots__ = ("client", "cookie_exp", "cookie_out", "preload_len", "queued", "synack_data", "synack_sent")
 
     def __init__(self, *, client: bool) -> None:
         self.client = client
         # Server side.
         self.preload_len = 0             # bytes of the listener's snapshot at the head of snd_buf
         self.synack_data = 0             # of which the SYN-ACK carries this many
+        self.synack_sent = False         # the first (data-carrying) SYN-ACK has gone out
         self.cookie_out: bytes | None = None   # cookie option for the SYN-ACK
         self.cookie_exp = False          # echo the experimental form the client used
         self.queued = False              # TFO child put in the accept queue at SYN time
@@ -116,12 +126,13 @@ class FastOpen:
     # ------------------------------------------------------------------ server
 
     def on_passive_syn(self, conn: Connection, seg: Segment, now: float) -> None:
-        """A SYN reached a listener: snapshot the preload, decide fast open (tcp_try_fastopen)."""
+        """A SYN reached a listener: decide fast open (tcp_try_fastopen). A Fast Open child
+        takes its preload snapshot now; a plain request's child at the 3rd ACK."""
         lst = conn.listener
         if lst is None:
             return
-        preload = lst.preload
         child, cookie_out = self._try_fastopen(lst, conn, seg)
+        preload = lst.preload if child else b""
         if not preload and not child and cookie_out is None:
             return
         st = TfoState(client=False)
@@ -129,9 +140,7 @@ class FastOpen:
         st.cookie_out = cookie_out
         st.cookie_exp = seg.fastopen_exp
         if preload:
-            # The immutable snapshot: the listener's bytes object, by reference.
-            conn.queue_views([preload])
-            st.preload_len = len(preload)
+            self.take_preload(conn, st, preload)
         if not child:
             return
         mib = conn.mib
@@ -152,6 +161,13 @@ class FastOpen:
         lst.accept_queue.append(conn)
         st.queued = True
         notify_listener(lst, conn)
+
+    @staticmethod
+    def take_preload(conn: Connection, st: TfoState, preload: bytes) -> None:
+        """The snapshot: the listener's immutable bytes object, by reference, at the head of
+        the child's send buffer (patch 2: the listener's write queue copied to the child)."""
+        conn.queue_views([preload])
+        st.preload_len = len(preload)
 
     def _try_fastopen(self, lst: Listener, conn: Connection, seg: Segment) -> tuple[bool, bytes | None]:
         """(fast open child?, cookie to put in the SYN-ACK) as Linux's tcp_try_fastopen decides."""
@@ -196,9 +212,21 @@ class FastOpen:
         st = conn.tfo
         if isinstance(st, ClientTfo):
             return self.client.syn_payload(conn, st)
-        if isinstance(st, TfoState) and conn.state is State.SYN_RECEIVED and st.synack_data:
-            return conn.snd_buf.views(0, st.synack_data)
+        if isinstance(st, TfoState):
+            return self._synack_payload(conn, st)
         return []
+
+    @staticmethod
+    def _synack_payload(conn: Connection, st: TfoState) -> list[memoryview]:
+        """Only the first SYN-ACK of a Fast Open child carries the preload (patch 3 adds it to
+        TCP_SYNACK_FASTOPEN; tcp_rtx_synack sends TCP_SYNACK_NORMAL, for the RTO and for a
+        retransmitted SYN alike), unless ``preload_synack_rtx_data`` is set."""
+        if conn.state is not State.SYN_RECEIVED or not st.synack_data:
+            return []
+        if st.synack_sent and not conn.config.preload_synack_rtx_data:
+            return []
+        st.synack_sent = True
+        return conn.snd_buf.views(0, st.synack_data)
 
     def syn_rto(self, conn: Connection, now: float) -> None:
         st = conn.tfo
@@ -229,9 +257,13 @@ class FastOpen:
             conn.tx.send_new_data(now)
 
     def on_established_passive(self, conn: Connection, now: float, ack_off: int) -> bool:
-        """The 3rd ACK: resend SYN-ACK data it leaves unacknowledged. True if queued at SYN time."""
+        """The 3rd ACK: a plain request's child takes the preload now; SYN-ACK data the ACK
+        leaves unacknowledged is resent. True if the child was queued at SYN time (TFO)."""
         st = conn.tfo
-        if not isinstance(st, TfoState) or st.client:
+        if isinstance(st, TfoState) and st.client:
+            return False
+        if not isinstance(st, TfoState) or not st.queued:
+            self._preload_at_third_ack(conn, st if isinstance(st, TfoState) else None)
             return False
         end = 1 + st.synack_data
         if st.synack_data and 0 < ack_off < end:
@@ -240,6 +272,17 @@ class FastOpen:
             conn.handshake.rewind_syn_data(ack_off)
             conn.mib["UsertcpSynAckDataRetrans"] += 1
         return st.queued
+
+    def _preload_at_third_ack(self, conn: Connection, st: TfoState | None) -> None:
+        """tcp_create_openreq_child (patch 2): the child of a plain or SYN-cookie request is
+        created at the 3rd ACK and copies the listener's preload as it is then."""
+        lst = conn.listener
+        if lst is None or lst.closed or not lst.preload:
+            return
+        if st is None:
+            st = TfoState(client=False)
+            conn.handshake.attach_fastopen(st)
+        self.take_preload(conn, st, lst.preload)
 
     # ------------------------------------------------------------------ client
 

@@ -199,6 +199,8 @@ class Output:
         # Only an explicit False is a refusal: a wrapper of output() that drops its result
         # (it returned None before refusals existed) must not read as one.
         ok = c.stack.output(pkt) is not False
+        if c.errqueue is not None and payload and ok:   # transmit timestamps (first or again)
+            c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
         c.segs_out += 1
         c.last_snd_time = now
         mib = c.mib
@@ -294,8 +296,9 @@ class Output:
             tm.rto_deadline = now + c.rtt.timeout
         if payload and not rec.rtx:
             rec.rtx.append(SentSegment(1, end, False, now))
-        elif payload and rec.rtx[0].start == 1:
-            # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
+        elif rec.rtx and rec.rtx[0].start == 1 and (payload or c.state is State.SYN_RECEIVED):
+            # A retransmitted SYN-ACK, with its data or without it (tcp_rtx_synack): an ACK of
+            # the data is ambiguous now, Karn's rule must see it (RFC 6298 §3).
             rec.rtx[0].tx_count += 1
             rec.rtx[0].tx_time = now
             rec.rtx.sent_again(rec.rtx[0])
@@ -643,7 +646,8 @@ class Output:
         if c.sndbuf_limit < sndmem:
             c.sndbuf_limit = min(sndmem, c.config.wmem[2])
 
-    def write(self, data: Buffer, now: float, more: bool, eor: bool = False) -> int:
+    def write(self, data: Buffer, now: float, more: bool, eor: bool = False, pinned: bool = False,
+              tstamp: int = 0) -> int:
         """Copy ``data`` into the send buffer skb by skb (Linux tcp_sendmsg_locked), pushing
         full skbs as Linux does (forced_push, tcp_push_one) and the rest at the end
         (tcp_push); ``eor`` (MSG_EOR) closes the last skb to later writes."""
@@ -652,7 +656,7 @@ class Output:
         total = len(data)
         mem = c.stack.mem
         view = data if isinstance(data, memoryview) else memoryview(data)
-        owned = isinstance(data, bytes)
+        owned = pinned or isinstance(data, bytes)   # pinned: MSG_ZEROCOPY, kept until acked
         goal = self.size_goal()
         copied = 0
         if total and not c.unsent_bytes:
@@ -684,6 +688,8 @@ class Output:
             return 0
         if eor and copied == total:
             buf.mark_eor()
+        if c.errqueue is not None and (tstamp > 1 or (tstamp and copied == total)):
+            c.errqueue.mark_write()    # tcp_tx_timestamp(), before the final tcp_push
         if not more or self.forced_push():
             self.mark_pushed()        # tcp_push(): tcp_mark_push() on the tail skb
         if c.is_synchronized:

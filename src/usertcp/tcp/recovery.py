@@ -606,6 +606,8 @@ class Recovery:
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
             c.snd_buf.release(data_end)
+        if c.errqueue is not None:
+            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.snd_una = ack_off
         if c.snd_nxt < ack_off:
             c.snd_nxt = ack_off
@@ -645,18 +647,32 @@ class Recovery:
             self.recover = c.snd_max
         return marked
 
+    @property
+    def ack_state_plain(self) -> bool:
+        """No recovery, SACK or dupack state: an ACK's whole effect is SND.UNA advancing, which
+        is what :meth:`fast_ack_advance` implements. Header prediction hands any other
+        predicted segment to the full ACK processing (Linux's fast path calls tcp_ack too)."""
+        return self.ca_state == CA_OPEN and not self.sacked_bytes and not self.lost_bytes \
+            and not self.reno_dupacks
+
     def fast_ack(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
         """Predicted pure ACK of new data: the slow path's effects for exactly this case."""
         c = self.conn
-        tx = c.tx
-        tm = c.timers
         c.segs_in += 1
-        seg_off = c.rcv_nxt
-        if ts_val >= 0 and seg_off <= c.last_ack_sent and not (ts_val - c.ts_recent) & 0x80000000:
-            c.ts_recent = ts_val
-            c.ts_recent_time = now
+        c.rx.fast_ts_recent(ts_val, now)
+        self.fast_ack_advance(ack_off, ts_val, ts_ecr, now)
+        if c.state is not State.CLOSED:
+            c.tx.run(now)
+            c.tx.check_space()
+        c.reschedule()
+
+    def fast_ack_advance(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
+        """SND.UNA advances, window unchanged, plain ACK state (Linux tcp_ack's fast branch):
+        what :meth:`on_ack` does for exactly this case."""
+        c = self.conn
+        tm = c.timers
         prior_in_flight = c.in_flight
-        c.snd_wl1 = seg_off
+        c.snd_wl1 = c.rcv_nxt
         c.snd_wl2 = ack_off
         if c.snd_wnd and tm.probe_deadline != INF:
             tm.probe_deadline = INF
@@ -667,9 +683,4 @@ class Recovery:
         tm.tlp_deadline = INF
         tm.arm_tlp(now)
         c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
-                       app_limited=not c.cc.is_cwnd_limited())
-        if c.state is not State.CLOSED:
-            tx.run(now)
-            tx.check_space()
-        c.reschedule()
-
+                    app_limited=not c.cc.is_cwnd_limited())

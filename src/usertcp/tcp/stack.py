@@ -65,7 +65,7 @@ class Listener:
         self.fastopen_key: bytes | None = None          # TCP_FASTOPEN_KEY (None: the sysctl key)
         self.fastopen_backup_key: bytes | None = None
         self.tfo_children: set[Connection] = set()      # TFO children, accepted before the 3rd ACK
-        self.preload: bytes = b""         # MSG_PRELOAD: sent on every connection accepted from now on
+        self.preload: bytes = b""         # MSG_PRELOAD: sent on every later passive connection
         self.options: dict[str, Any] = {}  # socket options inherited by children
         self.on_accept_ready: Callable[[Listener], None] | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG on the listening socket
@@ -84,17 +84,32 @@ class Listener:
 
     # ---------------------------------------------------------- preload / TFO
 
-    def set_preload(self, data: bytes, now: float) -> int:
-        """send(MSG_PRELOAD): data sent on every connection whose SYN arrives from now on.
+    def append_preload(self, data: bytes, now: float) -> int:
+        """send(MSG_PRELOAD): append to the data sent on every later passive connection.
 
-        At most ``fastopen.PRELOAD_MAX`` (64 KiB) bytes, else EMSGSIZE; empty clears it.
-        Connections already in the handshake keep the snapshot taken at their SYN.
+        As the patch series (patch 1 fills the tail of the listener's write queue), successive
+        writes append. At most ``fastopen.PRELOAD_MAX`` (64 KiB) in all, else EMSGSIZE and
+        nothing is appended. Which connections see it: the snapshot rule in ``fastopen``.
+        """
+        if self.closed:
+            raise OSError(errno.EPIPE, "listener closed")
+        if not data:
+            return 0                      # Linux tcp_sendmsg: a zero-length write does nothing
+        if len(self.preload) + len(data) > fastopen.PRELOAD_MAX:
+            raise OSError(errno.EMSGSIZE, f"preload is limited to {fastopen.PRELOAD_MAX} bytes")
+        self.set_preload(self.preload + bytes(data), now)
+        return len(data)
+
+    def set_preload(self, data: bytes, now: float) -> int:
+        """Replace the preload at once (setsockopt TCP_PRELOAD, a usertcp extension); empty
+        clears it. At most ``fastopen.PRELOAD_MAX`` (64 KiB) bytes, else EMSGSIZE.
+        Connections that already took their snapshot keep it.
         """
         if self.closed:
             raise OSError(errno.EPIPE, "listener closed")
         if len(data) > fastopen.PRELOAD_MAX:
             raise OSError(errno.EMSGSIZE, f"preload is limited to {fastopen.PRELOAD_MAX} bytes")
-        self.preload = bytes(data)        # immutable: children share it by reference
+        self.preload = bytes(data)        # a new immutable object: snapshots share it by reference
         if data:
             fastopen.install(self.stack)
         return len(data)
@@ -289,28 +304,39 @@ class Stack:
         # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
         if ts_val >= 0 and (ts_val - conn.ts_recent) & 0x80000000:
             return False
-        mib = self.counters.table
         una = (conn.iss + conn.snd_una) & 0xFFFFFFFF
+        adv = (ack - una) & 0xFFFFFFFF
+        if adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
+            return False                 # an old ACK or one beyond SND.NXT: the slow path decides
         plen = tot - start
-        if not plen:
-            adv = (ack - una) & 0xFFFFFFFF
-            if adv == 0 or adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
-                return False
-            mib["TcpInSegs"] += 1
-            mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-            mib["TcpExtTCPHPAcks"] += 1
-            conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
-            return True
-        if ack != una or plen > conn.rcv_adv - conn.rcv_nxt:
-            return False
-        mem = self.mem
-        if mem.limit and mem.used + truesize(mv) > mem.limit:
+        if plen and (plen > conn.rcv_adv - conn.rcv_nxt
+                     or (self.mem.limit and self.mem.used + truesize(mv) > self.mem.limit)):
             return False                 # the slow path decides: a minimum, or a counted drop
-        mib["TcpInSegs"] += 1
-        mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-        mib["TcpExtTCPHPHits"] += 1
-        conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+        self._fast_dispatch(conn, mv, start, tot, adv, ts_val, ts_ecr, tos, ip_len == 20, now)
         return True
+
+    def _fast_dispatch(self, conn: Connection, mv: memoryview, start: int, tot: int, adv: int,
+                       ts_val: int, ts_ecr: int, tos: int, v4: bool, now: float) -> None:
+        """Linux tcp_rcv_established's fast path takes every predicted segment with
+        SND.UNA <= SEG.ACK <= SND.NXT: pure ACKs (advancing or duplicate) and in-order data
+        (with or without an advancing ACK). The plain cases run the specialised routines; a
+        duplicate ACK, or any segment while recovery or SACK state is held, gets the full
+        ACK processing (``Receive.predicted``), as Linux's fast path calls tcp_ack."""
+        mib = self.counters.table
+        mib["TcpInSegs"] += 1
+        mib[(_ECN_MIB4 if v4 else _ECN_MIB6)[tos & 3]] += 1
+        if adv:
+            mib["TcpExtTCPHPAcks"] += 1  # tcp_ack's fast branch (with FLAG_DATA for data too)
+        if tot > start:
+            mib["TcpExtTCPHPHits"] += 1
+        if not (adv or tot > start) or not conn.recovery.ack_state_plain:
+            conn.rx.predicted(parse_packet(mv, verify_checksum=False), now)
+        elif tot == start:
+            conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
+        elif adv:
+            conn.rx.fast_data_ack(conn.snd_una + adv, mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+        else:
+            conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
 
     def datagrams_to_send(self) -> list[TxPacket]:
         out = self._out

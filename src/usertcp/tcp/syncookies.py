@@ -33,8 +33,9 @@ Fast open and preload (design decision):
   handled by the normal path, bounded by the TFO queue (fastopen_max_qlen, RFC 7413 §5.1:
   the limit on pending TFO connections). Cookie-less TFO modes (TFO_SERVER_COOKIE_NOT_REQD,
   TCP_FASTOPEN_NO_COOKIE) do not bypass: anyone can send such SYNs.
-- A cookie-validated connection gets the listener's preload: the snapshot is taken at the
-  3rd ACK (there is no state at SYN time) and sent right after the ACK is processed.
+- A cookie-validated connection gets the listener's preload by the rule of every request
+  without Fast Open (fastopen.FastOpen.on_established_passive): the snapshot is taken when
+  the child is created at the 3rd ACK and sent right after the ACK is processed.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from typing import TYPE_CHECKING
 from usertcp.tcp.config import TFO_SERVER_ENABLE
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import tfo_cookie
-from usertcp.tcp.fastopen import TfoState
 from usertcp.tcp.handshake import ecn_syn_acceptable
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.packet import build_packet
@@ -311,10 +311,5 @@ def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wsca
     """
     conn = stack.new_child(listener, seg)
     conn.handshake.open_from_cookie(listener, seg, peer_mss, wscale, sack, ts_off, ecn, now)
-    if listener.preload:
-        st = TfoState(client=False)
-        conn.queue_views([listener.preload])        # the snapshot, by reference
-        st.preload_len = len(listener.preload)
-        conn.handshake.attach_fastopen(st)
     stack.connections[conn.key] = conn
     return conn
