@@ -68,3 +68,22 @@ def test_tiny_segments_from_a_peer_are_charged_by_truesize() -> None:
     assert used < 200 * (41 + RX_CHUNK_OVERHEAD)   # collapsed runs gave most of it back
     assert p.stack.counters["TcpExtTCPRcvCollapsed"] > 0
     assert conn.recv(1000, p.now) == b"z" * 200 and p.stack.mem.used == 0
+
+
+def test_out_of_order_queue_is_charged_and_pruned_for_in_order_data() -> None:
+    """Linux charges out-of-order skbs like the rest (tcp_data_queue_ofo ->
+    tcp_try_rmem_schedule) and, short of memory, prunes that queue (tcp_prune_ofo_queue)
+    so that in-order data still gets in."""
+    from usertcp.tcp.config import StackConfig
+
+    p = ScriptedPeer(StackConfig(mem_limit=64 << 10))
+    conn = p.passive_open()
+    for i in range(80):                               # out of order, beyond a 5000-byte hole
+        p.send(".", 5001 + i * 1000, 1, payload=b"o" * 1000)
+    held = conn.ooo.bytes_queued
+    assert held > 0 and p.stack.mem.used >= held      # charged (before: 0)
+    assert p.stack.counters["TcpExtTCPRcvQDrop"] > 0  # ...up to the stack's limit
+    p.send(".", 1, 1, payload=b"i" * 500)             # in order: the queue is pruned for it
+    assert p.stack.counters["TcpExtOfoPruned"] == 1 and conn.ooo.bytes_queued == 0
+    assert conn.readable_bytes == 500
+    conn.abort(p.now)

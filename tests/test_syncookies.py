@@ -329,7 +329,8 @@ def test_syn_flood_legitimate_clients_complete_and_memory_is_bounded() -> None:
     assert completed == len(clients) == LEGIT
     assert max_emb <= bound
     assert max_conns <= bound + LEGIT
-    assert mib["TcpExtSyncookiesSent"] >= FLOOD - bound
+    # Random sources include martians (127/8, 224/4...): those are dropped before TCP (issue 20).
+    assert mib["TcpExtSyncookiesSent"] + mib["UsertcpInMartianSrc"] >= FLOOD - bound
     # Once the SYN queue is full (and the clients have connected, ticks 0-80), absorbing
     # 2 000 more SYNs retains (almost) nothing: a cookie is stateless (< 16 bytes a SYN).
     assert mem_end - mem_start < 32 * 1024, figures

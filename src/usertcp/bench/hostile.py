@@ -417,7 +417,7 @@ def _scenario(name: str, span: float, clients: int, rate: float, hoarders: int,
     legit = _Legit(world, clients)
     t_start = world.now()
     wall0 = time.monotonic()
-    while world.now() - t_start < span and time.monotonic() - wall0 < 20 * span:
+    while world.now() - t_start < span:        # ends: every turn advances the clock
         if attack is not None:
             attack(world.now())
         legit.turn()

@@ -141,7 +141,7 @@ class Connection:
         self.rcv_buf = RecvBuffer(self.stack.mem)
         self.rcvbuf_limit = cfg.rmem[1]
         self.ooo = ReassemblyQueue(max_segments=cfg.reassembly_max_segments,
-                                   max_bytes=max(cfg.rmem[2], self.rcvbuf_limit))
+                                   max_bytes=max(cfg.rmem[2], self.rcvbuf_limit), acct=self.stack.mem)
         self.last_ack_sent = 0
         self.syn_window = 0
         self.rcv_ssthresh = min(self.rcvbuf_limit, MAX_WINDOW)   # Linux tp->rcv_ssthresh

@@ -14,7 +14,12 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 
+from usertcp.tcp.memory import MemAccount
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
+
+# What a held chunk costs the stack beyond its bytes (its view and the packet's header;
+# RecvBuffer's RX_CHUNK_OVERHEAD): the queue is charged to the stack's account (issue 20).
+OOO_CHUNK_OVERHEAD = 256
 
 __all__ = ["ReassemblyQueue"]
 
@@ -26,6 +31,7 @@ class ReassemblyQueue:
         "_anchor_abs",
         "_anchor_seq",
         "_bytes",
+        "_charged",
         "_clock",
         "_data",
         "_ends",
@@ -33,11 +39,15 @@ class ReassemblyQueue:
         "_fin_stamp",
         "_stamps",
         "_starts",
+        "acct",
         "max_bytes",
         "max_segments",
     )
 
-    def __init__(self, *, max_segments: int = 1024, max_bytes: int = 4 << 20) -> None:
+    def __init__(self, *, max_segments: int = 1024, max_bytes: int = 4 << 20,
+                 acct: MemAccount | None = None) -> None:
+        self.acct = acct            # the stack's buffer account (Linux charges ofo skbs too)
+        self._charged = 0
         self.max_segments = max_segments
         self.max_bytes = max_bytes
         self._starts: list[int] = []  # absolute start of each chunk, ascending
@@ -109,6 +119,14 @@ class ReassemblyQueue:
         self._stamps.clear()
         self._fin = None
         self._bytes = 0
+        self._recharge()
+
+    def _recharge(self) -> None:
+        """Keep the stack's account equal to what the queue holds (bytes and chunks)."""
+        if self.acct is not None:
+            cost = self._bytes + len(self._data) * OOO_CHUNK_OVERHEAD
+            self.acct.add(cost - self._charged)
+            self._charged = cost
 
     def duplicate_span(self, seq: int, length: int) -> tuple[int, int] | None:
         """The bytes of a new segment ``[seq, seq+length)`` already held, as offsets from
@@ -190,6 +208,7 @@ class ReassemblyQueue:
             self._data.insert(j, data[a - s : b - s])
             self._stamps.insert(j, stamp)
         self._bytes += new_bytes
+        self._recharge()
         if not pieces and touched >= 0:
             # Pure duplicate: its block still becomes the most recent one (Linux
             # tcp_sack_new_ofo_skb() is called for it too).
@@ -224,6 +243,7 @@ class ReassemblyQueue:
         if n:
             del self._starts[:n], self._ends[:n], self._data[:n], self._stamps[:n]
             self._bytes -= freed
+            self._recharge()
         fin = False
         if self._fin is not None and self._fin <= cur:
             if self._fin == cur:
