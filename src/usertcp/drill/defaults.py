@@ -412,7 +412,6 @@ UNSUPPORTED_SYMBOLS: dict[str, str] = {
     "TCP_REPAIR_WINDOW": "checkpoint/restore of kernel sockets",
     "TCP_ULP": "kernel upper-layer protocols (kTLS)",
     "SO_BINDTODEVICE": "no network devices in a sans-IO stack",
-    "TCP_CM_INQ": "the TCP_INQ control message",
 }
 
 # Names available to %{ }% code besides the tcpi_* fields (linux/tcp.h, netinet/tcp.h).

@@ -869,7 +869,7 @@ class Connection:
         elif st is State.FIN_WAIT_2:
             self.set_state(State.TIME_WAIT, now)
 
-    # ------------------------------------------------------------------ timers
+    # ------------------------------------------------------ timers, tcp_info
 
     def output(self, now: float) -> None:
         """Send what the windows allow (see ``tcp/output.py``)."""
@@ -893,8 +893,6 @@ class Connection:
             self.timer_deadline = d
             if d != INF:
                 self.stack.schedule(self, d)
-
-    # ----------------------------------------------------------------- tcp_info
 
     def info(self, now: float | None = None) -> dict[str, int]:
         """A Linux ``struct tcp_info``-like view (``tcp/info.py``)."""
