@@ -193,9 +193,11 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
     plen = 0
     psum = 0
     for p in payload:
+        plen += len(p)
+        if csum_partial:
+            continue                       # the link or device sums the payload (offload)
         # Payload starts at an even offset (header is a multiple of 4): a part ending at an
         # odd offset weighs 2**8 (mod 0xFFFF), see checksum.parts_sum.
-        plen += len(p)
         v = _from_bytes(p, "big")
         if plen & 1:
             v <<= 8
