@@ -30,7 +30,7 @@ def run_round(cc: CongestionControl, now: float, rtt: float, *, ack_size: int = 
 
 
 def test_factory_and_names() -> None:
-    assert AVAILABLE == ("reno", "cubic")
+    assert AVAILABLE == ("reno", "cubic", "dctcp")
     assert isinstance(create_congestion_control("reno", MSS), NewReno)
     assert isinstance(create_congestion_control("newreno", MSS), NewReno)
     assert isinstance(create_congestion_control("cubic", MSS), Cubic)

@@ -68,6 +68,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
             "kernel<->usertcp throughput over TUN (offload on/off) vs kernel<->kernel over veth"),
     "fastpath": ("usertcp.bench.fastpath",
                  "receive cost per segment with header prediction on and off, plain and TCP-MD5"),
+    "dctcp": ("usertcp.bench.dctcp",
+              "bottleneck queue delay and utilisation: DCTCP (step, ramp marking) vs CUBIC (ECN, tail drop)"),
     "apps": ("usertcp.bench.apps",
              "uvicorn requests/s on usertcp over TUN vs the kernel (wrk); SMTP setup rate, preload or not"),
 }

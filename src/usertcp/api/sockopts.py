@@ -190,7 +190,7 @@ class SocketOptions:
             setattr(conn, name, value)
         conn.md5_keys = self.md5_keys
         if self._cc_name is not None:
-            conn.cc = create_congestion_control(self._cc_name, conn.mss)
+            conn.cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
 
     def adopt_child(self, conn: Connection) -> None:
         """An accepted child: TCP_CONGESTION of the listener applies before it sends data.
@@ -199,7 +199,7 @@ class SocketOptions:
         """
         if self._cc_name is not None and conn.cc.name != self._cc_name \
                 and conn.snd_nxt <= conn.snd_una + 1:
-            conn.cc = create_congestion_control(self._cc_name, conn.mss)
+            conn.cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
 
     # ------------------------------------------------------------------------- set
 
@@ -357,7 +357,8 @@ class SocketOptions:
         else:
             name = bytes(as_bytes_view(value)).split(b"\0", 1)[0].decode("ascii", "replace")
         try:
-            cc = create_congestion_control(name, conn.mss if conn is not None else TCP_MSS_DEFAULT)
+            cc = create_congestion_control(name, conn.mss if conn is not None else TCP_MSS_DEFAULT,
+                                           config=conn.config if conn is not None else None)
         except ValueError as e:
             raise os_error(errno.ENOENT, str(e)) from None
         if conn is not None:

@@ -9,7 +9,9 @@ seed (as long as the endpoints themselves are deterministic).
 Per packet, a link direction applies, in this order: queue admission (tail drop
 beyond ``queue_limit`` when ``bandwidth_bps`` is set; with ``ecn_threshold``, an
 AQM-like step marker that, from that queue length on, sets CE on ECN-capable packets
-and drops the others, RFC 3168 §5), serialisation behind the packets already queued,
+and drops the others, RFC 3168 §5; with ``ecn_ramp``, the same with a probability that
+rises linearly with the queue between two lengths, as RED's and the L4S DualQ's ramps
+do), serialisation behind the packets already queued,
 propagation ``delay``, then loss, duplication, corruption, reordering and jitter. Lost
 packets still used the bandwidth: they were lost on the wire, not in the queue.
 
@@ -79,6 +81,9 @@ class LinkConfig:
     # AQM (needs bandwidth_bps): at this many queued packets, CE-mark ECT packets instead of
     # dropping them, and drop non-ECT ones (RFC 3168 §5); None: plain tail drop only.
     ecn_threshold: int | None = None
+    # AQM ramp (needs bandwidth_bps): (min, max) queued packets; the CE-mark (or non-ECT drop)
+    # probability is 0 at min, rises linearly, and is 1 from max on (RFC 9332 §A.1's ramp).
+    ecn_ramp: tuple[int, int] | None = None
     backpressure: bool = False           # a full queue refuses a stack's packet synchronously
     # TSO/GSO and GRO as on loopback or virtio: super-packets (up to 64 KiB) travel whole, and
     # their checksums are trusted on delivery. Off: MSS-sized packets only (fidelity tests).
@@ -99,6 +104,12 @@ class LinkConfig:
             raise ValueError("mtu must be >= 68 (RFC 791)")
         if self.ecn_threshold is not None and self.ecn_threshold < 1:
             raise ValueError("ecn_threshold must be >= 1 or None")
+        if self.ecn_ramp is not None:
+            lo, hi = self.ecn_ramp
+            if not 0 <= lo < hi:
+                raise ValueError("ecn_ramp must be (min, max) queue lengths with 0 <= min < max")
+            if self.ecn_threshold is not None:
+                raise ValueError("ecn_threshold (a step) and ecn_ramp are alternatives")
         if self.offload and self.mtu is not None:
             raise ValueError("an offload link carries 64 KiB packets: it has no smaller mtu")
 
@@ -115,8 +126,8 @@ class LinkStats:
     delivered: int = 0
     lost: int = 0
     queue_drops: int = 0
-    aqm_drops: int = 0                   # non-ECT packets the ECN threshold dropped
-    ce_marked: int = 0                   # ECT packets the ECN threshold marked CE
+    aqm_drops: int = 0                   # non-ECT packets the ECN step or ramp dropped
+    ce_marked: int = 0                   # ECT packets the ECN step or ramp marked CE
     reordered: int = 0
     duplicated: int = 0
     corrupted: int = 0
@@ -214,6 +225,13 @@ class LinkDirection:
     def queue_length(self) -> int:
         return len(self._queue)
 
+    def _ramp_marks(self, qlen: int, ramp: tuple[int, int]) -> bool:
+        """The ramp AQM's decision for a packet meeting ``qlen`` queued ones."""
+        lo, hi = ramp
+        if qlen <= lo:
+            return False
+        return qlen >= hi or self.network.rng.random() < (qlen - lo) / (hi - lo)
+
     def send(self, data: bytes, now: float) -> None:
         """Offer one packet to this direction at time ``now``."""
         st = self.stats
@@ -237,7 +255,8 @@ class LinkDirection:
                 st.queue_drops += 1
                 return
             thr = cfg.ecn_threshold
-            if thr is not None and len(q) >= thr:
+            if (thr is not None and len(q) >= thr) or (cfg.ecn_ramp is not None
+                                                        and self._ramp_marks(len(q), cfg.ecn_ramp)):
                 marked = ce_mark(data)
                 if marked is None:
                     st.aqm_drops += 1

@@ -33,6 +33,10 @@ class StackConfig:
     rmem: tuple[int, int, int] = (4096, 131072, 6291456)   # tcp_rmem min/default/max
     wmem: tuple[int, int, int] = (4096, 16384, 4194304)    # tcp_wmem min/default/max
     congestion_control: str = "cubic"     # tcp_congestion_control
+    # tcp_dctcp module parameters (/sys/module/tcp_dctcp/parameters/): the gain of alpha's
+    # moving average is 1/2**shift_g (RFC 8257 §3.3: g = 1/16), alpha starts at 1024 (= 1).
+    dctcp_shift_g: int = 4
+    dctcp_alpha_on_init: int = 1024
     initial_cwnd_segments: int = 10       # RFC 6928
     rto_initial: float = 1.0              # RFC 6298 §2.1
     rto_min: float = 0.2                  # Linux TCP_RTO_MIN
@@ -160,6 +164,9 @@ _SYSCTLS = {
     "tcp_rmem": _set_mem("rmem"),
     "tcp_wmem": _set_mem("wmem"),
     "tcp_congestion_control": _set_cc,
+    # Module parameters, not sysctls, but scripts and profiles set them the same way.
+    "dctcp_shift_g": _set_int("dctcp_shift_g"),
+    "dctcp_alpha_on_init": _set_int("dctcp_alpha_on_init"),
     "tcp_syn_retries": _set_int("syn_retries"),
     "tcp_synack_retries": _set_int("synack_retries"),
     "tcp_retries2": _set_int("retries2"),

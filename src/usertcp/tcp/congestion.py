@@ -1,4 +1,5 @@
-"""Congestion control: NewReno (RFC 5681 / RFC 6582) and CUBIC (RFC 9438), byte-counted.
+"""Congestion control: NewReno (RFC 5681 / RFC 6582), CUBIC (RFC 9438) and DCTCP (RFC 8257),
+byte-counted.
 
 All windows are in bytes; CUBIC's window function is defined in segments, so it is
 evaluated in segments and converted with the current MSS.  Time only comes from the
@@ -12,12 +13,16 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+from usertcp.tcp.config import StackConfig
+
 __all__ = [
     "AVAILABLE",
     "INFINITE_SSTHRESH",
     "CongestionControl",
     "Cubic",
+    "Dctcp",
     "NewReno",
+    "congestion_needs_ecn",
     "create_congestion_control",
 ]
 
@@ -29,6 +34,9 @@ class CongestionControl:
     """Base class: slow start and the shared bookkeeping; subclasses do avoidance and decrease."""
 
     name: ClassVar[str] = "base"
+    # Linux TCP_CONG_NEEDS_ECN (tcp_ca_needs_ecn): the controller asks for ECN whatever
+    # tcp_ecn says, and every packet of an ECN connection is ECT (tcp_ecn_send).
+    needs_ecn: ClassVar[bool] = False
 
     __slots__ = ("_ca_acked", "cwnd", "mss", "ssthresh")
 
@@ -113,6 +121,20 @@ class CongestionControl:
     def on_congestion_event(self, now: float, in_flight: int) -> None:
         """Loss detected by dupacks/SACK: entering fast recovery."""
         raise NotImplementedError
+
+    def on_ecn_echo(self, now: float, in_flight: int) -> None:
+        """An ECN echo starts a reduction (Linux tcp_enter_cwr calls the same ssthresh() as a
+        loss does): RFC 3168 §6.1.2 treats it as a loss for the window."""
+        self.on_congestion_event(now, in_flight)
+
+    def on_loss_in_cwr(self, now: float, in_flight: int) -> None:
+        """A loss found while an ECN reduction is under way: Linux keeps that reduction
+        (tcp_enter_recovery skips tcp_init_cwnd_reduction in CWR); only DCTCP reacts."""
+
+    def on_ack_event(self, delivered: int, ece: bool, snd_una: int, snd_nxt: int) -> None:
+        """Every ACK that advanced or SACKed data (Linux in_ack_event): ``delivered`` is the
+        connection's running count of delivered packets (tp->delivered), ``ece`` whether the
+        ACK echoed congestion. Only controllers that measure the marking fraction use it."""
 
     def on_recovery_exit(self) -> None:
         """Recovery ended by a full ACK: deflate to ssthresh (RFC 6582 §3.2 step 5)."""
@@ -293,13 +315,119 @@ class Cubic(CongestionControl):
         return info
 
 
-AVAILABLE = ("reno", "cubic")
-_ALIASES: dict[str, type[CongestionControl]] = {"reno": NewReno, "newreno": NewReno, "cubic": Cubic}
+DCTCP_MAX_ALPHA = 1024       # Linux tcp_dctcp.c: alpha is a fraction scaled by 1024
 
 
-def create_congestion_control(name: str, mss: int, initial_window: int | None = None) -> CongestionControl:
-    """Instantiate a controller by its Linux name (``tcp_congestion_control`` / TCP_CONGESTION)."""
+class Dctcp(NewReno):
+    """DCTCP (RFC 8257), as Linux net/ipv4/tcp_dctcp.c.
+
+    The sender estimates alpha, the fraction of its packets that met congestion marks, once
+    per window of data, as a moving average with gain 1/2**shift_g (RFC 8257 §3.3, Linux
+    dctcp_update_alpha), and an ECN echo reduces cwnd by alpha/2 instead of by half
+    (dctcp_ssthresh). A loss still halves it (dctcp_react_to_loss); growth is Reno's. The
+    receiver's side (ECE that follows the CE state of each packet, with an immediate ACK
+    when it changes) lives with the receive path. Without ECN negotiated the connection
+    behaves as Reno with no ECT (dctcp_init's fallback to dctcp_reno), which needs nothing
+    here: no echo ever arrives.
+    """
+
+    name: ClassVar[str] = "dctcp"
+    needs_ecn: ClassVar[bool] = True
+
+    __slots__ = ("alpha", "delivered_ce", "last_delivered", "loss_cwnd", "next_seq",
+                 "old_delivered", "old_delivered_ce", "shift_g")
+
+    def __init__(self, mss: int, initial_window: int | None = None, *, shift_g: int = 4,
+                 alpha_on_init: int = DCTCP_MAX_ALPHA) -> None:
+        super().__init__(mss, initial_window)
+        if not 0 <= shift_g <= 10:
+            raise ValueError("dctcp_shift_g must be 0..10")        # Linux module_param range
+        if not 0 <= alpha_on_init <= DCTCP_MAX_ALPHA:
+            raise ValueError(f"dctcp_alpha_on_init must be 0..{DCTCP_MAX_ALPHA}")
+        self.shift_g = shift_g
+        self.alpha = alpha_on_init        # starts high: the first echo halves, as Linux
+        self.next_seq = 0                 # end of the observation window (ca->next_seq)
+        self.last_delivered = 0           # tp->delivered as last reported
+        self.delivered_ce = 0             # tp->delivered_ce: delivered on ECE-marked ACKs
+        self.old_delivered = 0
+        self.old_delivered_ce = 0
+        self.loss_cwnd = 0
+
+    def on_ack_event(self, delivered: int, ece: bool, snd_una: int, snd_nxt: int) -> None:
+        # Linux tcp_count_delivered: packets delivered by an ACK with ECE count as CE.
+        if ece and delivered > self.last_delivered:
+            self.delivered_ce += delivered - self.last_delivered
+        self.last_delivered = delivered
+        if snd_una < self.next_seq:
+            return
+        # dctcp_update_alpha: one observation window (about an RTT) has been acked.
+        total = delivered - self.old_delivered
+        marked = self.delivered_ce - self.old_delivered_ce
+        alpha = self.alpha
+        decay = alpha >> self.shift_g
+        alpha -= decay if decay else alpha        # min_not_zero(alpha, alpha >> g)
+        if marked:
+            alpha = min(alpha + (marked << (10 - self.shift_g)) // max(1, total), DCTCP_MAX_ALPHA)
+        self.alpha = alpha
+        self.next_seq = snd_nxt                   # dctcp_reset
+        self.old_delivered = delivered
+        self.old_delivered_ce = self.delivered_ce
+
+    def on_ecn_echo(self, now: float, in_flight: int) -> None:
+        # dctcp_ssthresh: cwnd * (1 - alpha/2), at least two segments.
+        self.loss_cwnd = self.cwnd
+        self.ssthresh = max(self.cwnd - ((self.cwnd * self.alpha) >> 11), 2 * self.mss)
+        self.cwnd = self.ssthresh
+        self._ca_acked = 0
+
+    def on_congestion_event(self, now: float, in_flight: int) -> None:
+        # dctcp_state(TCP_CA_Recovery) -> dctcp_react_to_loss: a loss halves cwnd.
+        self.loss_cwnd = self.cwnd
+        self.ssthresh = max(self.cwnd >> 1, 2 * self.mss)
+        self.cwnd = self.ssthresh
+        self._ca_acked = 0
+
+    def on_loss_in_cwr(self, now: float, in_flight: int) -> None:
+        # Linux calls dctcp_state on the CWR -> Recovery change too: the loss response wins.
+        self.on_congestion_event(now, in_flight)
+
+    def on_rto(self, now: float, in_flight: int, *, first_timeout: bool = True) -> None:
+        # tcp_enter_loss: CA_EVENT_LOSS -> dctcp_react_to_loss, then the loss window.
+        if first_timeout:
+            self.loss_cwnd = self.cwnd
+            self.ssthresh = max(self.cwnd >> 1, 2 * self.mss)
+        self.cwnd = self.mss
+        self._ca_acked = 0
+
+    def state_info(self) -> dict[str, int | str]:
+        # Linux dctcp_get_info (struct tcp_dctcp_info, INET_DIAG_DCTCPINFO).
+        info = super().state_info()
+        info["dctcp_enabled"] = 1
+        info["dctcp_alpha"] = self.alpha
+        info["dctcp_ab_ecn"] = (self.delivered_ce - self.old_delivered_ce) * self.mss
+        info["dctcp_ab_tot"] = (self.last_delivered - self.old_delivered) * self.mss
+        return info
+
+
+AVAILABLE = ("reno", "cubic", "dctcp")
+_ALIASES: dict[str, type[CongestionControl]] = {
+    "reno": NewReno, "newreno": NewReno, "cubic": Cubic, "dctcp": Dctcp}
+
+
+def create_congestion_control(name: str, mss: int, initial_window: int | None = None, *,
+                              config: StackConfig | None = None) -> CongestionControl:
+    """Instantiate a controller by its Linux name (``tcp_congestion_control`` / TCP_CONGESTION);
+    ``config`` carries the controllers' module parameters (DCTCP's shift_g, alpha_on_init)."""
     cls = _ALIASES.get(name.lower())
     if cls is None:
         raise ValueError(f"unknown congestion control {name!r}; available: {', '.join(AVAILABLE)}")
+    if cls is Dctcp and config is not None:
+        return Dctcp(mss, initial_window, shift_g=config.dctcp_shift_g,
+                     alpha_on_init=config.dctcp_alpha_on_init)
     return cls(mss, initial_window)
+
+
+def congestion_needs_ecn(name: str) -> bool:
+    """Does the controller of this name need ECN (Linux TCP_CONG_NEEDS_ECN)? False if unknown."""
+    cls = _ALIASES.get(name.lower())
+    return cls is not None and cls.needs_ecn

@@ -171,7 +171,7 @@ class Connection:
         self.tos = 0                   # IP_TOS for every packet of this connection
         self.oow_last = -INF           # last out-of-window ACK we sent (rate limit)
         self.rtt = RttEstimator(rto_initial=cfg.rto_initial, rto_min=cfg.rto_min, rto_max=cfg.rto_max)
-        self.cc: CongestionControl = create_congestion_control(cfg.congestion_control, 536)
+        self.cc: CongestionControl = create_congestion_control(cfg.congestion_control, 536, config=cfg)
 
     def _init_statistics(self) -> None:
         """tcp_info counters, feature state and the callbacks of event-driven users."""

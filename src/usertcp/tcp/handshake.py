@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.config import ECN_ON
+from usertcp.tcp.congestion import congestion_needs_ecn
 from usertcp.tcp.recovery import ECN_OK, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import State
@@ -30,9 +31,15 @@ def ecn_syn_acceptable(seg: Segment, cfg: StackConfig) -> bool:
 
     RFC 3168 §6.1.1: an ECN-setup SYN has ECE and CWR set; any non-zero tcp_ecn accepts it.
     A SYN that is itself ECT-marked is refused (RFC 3168 §6.1.1: SYNs are not ECT, so a
-    marked one hints at a broken middlebox), unless a reserved bit (AccECN's AE) is set.
+    marked one hints at a broken middlebox), unless a reserved bit (AccECN's AE) is set. A
+    listener whose congestion control needs ECN (DCTCP, whose own SYNs are ECT) accepts
+    every ECN-setup SYN, whatever tcp_ecn says (tcp_ca_needs_ecn(listen_sk)).
     """
-    if seg.flags & (ECE | CWR) != ECE | CWR or not cfg.ecn:
+    if seg.flags & (ECE | CWR) != ECE | CWR:
+        return False
+    if congestion_needs_ecn(cfg.congestion_control):
+        return True
+    if not cfg.ecn:
         return False
     return seg.ecn == ECN_NOT_ECT or bool(seg.flags & AE)
 
@@ -57,8 +64,9 @@ class Handshake:
         c.snd_una = 0
         c.snd_nxt = 0
         c.snd_max = 0
-        # Linux tcp_ecn_send_syn: only tcp_ecn=1 requests ECN on an active open.
-        c.ecn_flags = ECN_OK if c.config.ecn == ECN_ON else 0
+        # Linux tcp_ecn_send_syn: tcp_ecn=1 requests ECN on an active open, and so does a
+        # congestion control that needs it (tcp_ca_needs_ecn: DCTCP).
+        c.ecn_flags = ECN_OK if c.config.ecn == ECN_ON or c.cc.needs_ecn else 0
         c.set_state(State.SYN_SENT, now)
         c.timers.first_rto_time = now
         c.tx.send_syn(now)

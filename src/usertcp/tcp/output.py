@@ -166,10 +166,16 @@ class Output:
             rx.dsack = None
         tos = c.tos
         ef = c.ecn_flags
-        if ef and not syn:
+        if syn:
+            if ef & ECN_OK and c.cc.needs_ecn and not flags & ACK:
+                tos |= ECN_ECT0     # Linux tcp_ecn_send_syn: INET_ECN_xmit for DCTCP's SYN
+        elif ef:
             # Linux tcp_ecn_send(): only new data is ECT(0) (RFC 3168 §6.1.5: never pure ACKs
             # or retransmissions), and the first of it after a reduction carries CWR; ECE
-            # goes on every segment while a CE mark waits for the peer's CWR (§6.1.3).
+            # goes on every segment while a CE mark waits for the peer's CWR (§6.1.3). A
+            # controller that needs ECN (DCTCP, RFC 8257 §3.1) keeps every packet ECT.
+            if ef & ECN_OK and c.cc.needs_ecn:
+                tos |= ECN_ECT0
             if payload and off >= c.snd_max:
                 tos |= ECN_ECT0
                 if ef & ECN_QUEUE_CWR:

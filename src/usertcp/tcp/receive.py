@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "conn", "dsack", "pingpong", "quickack")
+    __slots__ = ("ack_now", "ack_pending", "ce_state", "conn", "dsack", "pingpong", "quickack")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
@@ -34,6 +34,7 @@ class Receive:
         self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
         self.ack_now = False           # an ACK is owed at the end of this event
+        self.ce_state = False          # DCTCP: was the last ECT data packet CE-marked?
 
     def data_arrives(self, seg: Segment, seg_off: int, now: float) -> None:
         """RFC 9293 §3.10.7.4 seventh/eighth: queue in-order data, reassemble, handle FIN."""
@@ -79,7 +80,7 @@ class Receive:
             self.schedule_ack(now, immediate=True)
             return
         if plen and c.ecn_flags:
-            self.ecn_check_ce(seg.ecn)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
+            self.ecn_check_ce(seg.ecn, now)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
         if seg_off == nxt:
             self._in_order(payload, fin, now)
         else:
@@ -129,12 +130,15 @@ class Receive:
         if c.on_readable is not None and (fin or c.rcv_buf.size):
             c.on_readable(c)
 
-    def ecn_check_ce(self, ecn: int) -> None:
+    def ecn_check_ce(self, ecn: int, now: float) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
         c = self.conn
         ef = c.ecn_flags
         if not ef & ECN_OK:
             return
+        if c.cc.needs_ecn and ecn != ECN_NOT_ECT:
+            self.echo_ce_state(ecn == ECN_CE, now)   # CA_EVENT_ECN_IS_CE / CA_EVENT_ECN_NO_CE
+            ef = c.ecn_flags
         if ecn == ECN_CE:
             c.mib["UsertcpECNCeDataSegs"] += 1
             if not ef & ECN_DEMAND_CWR:
@@ -149,6 +153,28 @@ class Receive:
             # Not ECT on an ECN connection that has seen ECT: probably a retransmission
             # (RFC 3168 §6.1.5), so ACK it quickly.
             self.enter_quickack_mode(2)
+
+    def echo_ce_state(self, ce: bool, now: float) -> None:
+        """RFC 8257 §3.2, Linux dctcp_ece_ack_update: for a controller that measures the
+        marking fraction, ECE tells the CE state of the packets each ACK covers instead of
+        latching until CWR. When the state changes, an ACK held back by the delayed-ACK timer
+        goes out first with the old state, and the packet that changed it is ACKed at once."""
+        c = self.conn
+        if ce != self.ce_state:
+            if self.ack_pending and c.timers.delack_deadline != INF:
+                self._set_ece(self.ce_state)
+                c.tx.send_ack(now)      # acknowledges up to the prior RCV.NXT
+            self.ack_now = True         # Linux ICSK_ACK_NOW
+        self.ce_state = ce
+        self._set_ece(ce)
+
+    def _set_ece(self, ce: bool) -> None:
+        """Linux dctcp_ece_ack_cwr: ECE on the next ACKs exactly while ``ce``."""
+        c = self.conn
+        if ce:
+            c.ecn_flags |= ECN_DEMAND_CWR
+        else:
+            c.ecn_flags &= ~ECN_DEMAND_CWR
 
     def enter_quickack_mode(self, max_quickacks: int) -> None:
         """Linux tcp_enter_quickack_mode: the next ACKs go out at once, interactive mode off."""
@@ -224,7 +250,7 @@ class Receive:
         c.data_segs_in += 1
         self.grow_window(plen)
         if c.ecn_flags:
-            self.ecn_check_ce(ecn)
+            self.ecn_check_ce(ecn, now)
         c.rcv_buf.append(payload)
         c.rcv_nxt = seg_off + plen
         c.bytes_received += plen

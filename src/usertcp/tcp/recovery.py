@@ -236,15 +236,19 @@ class Recovery:
             elif (sacked_segs >= thresh or sacked_above > limit) and not r.lost and not r.retrans:
                 self.mark_lost(r)
 
-    def init_cwnd_reduction(self, now: float) -> None:
+    def init_cwnd_reduction(self, now: float, *, ecn_echo: bool = False) -> None:
         """Linux tcp_init_cwnd_reduction: start one PRR-paced reduction (RFC 6937)."""
         c = self.conn
         # RFC 6937 PRR state; Linux uses the cwnd before the reduction as RecoverFS.
         self.prior_cwnd = max(c.cc.cwnd, c.mss)
         self.prr_delivered = 0
         self.prr_out = 0
-        # Linux bases ssthresh on cwnd (tcp_reno_ssthresh / bictcp_recalc_ssthresh).
-        c.cc.on_congestion_event(now, c.cc.cwnd)
+        # Linux bases ssthresh on cwnd (tcp_reno_ssthresh / bictcp_recalc_ssthresh); an ECN
+        # echo asks the controller apart, DCTCP answers it with alpha (dctcp_ssthresh).
+        if ecn_echo:
+            c.cc.on_ecn_echo(now, c.cc.cwnd)
+        else:
+            c.cc.on_congestion_event(now, c.cc.cwnd)
         self.recover = c.snd_max          # Linux high_seq
         self.ecn_queue_cwr()
 
@@ -262,7 +266,7 @@ class Recovery:
         if self.ca_state >= CA_CWR:
             return
         c.mib["UsertcpECNCwndReductions" if trigger == "ecn_echo" else "UsertcpLocalCwndReductions"] += 1
-        self.init_cwnd_reduction(now)
+        self.init_cwnd_reduction(now, ecn_echo=trigger == "ecn_echo")
         old = self.ca_state
         self.ca_state = CA_CWR
         if c.stack.tracer is not None:
@@ -284,8 +288,11 @@ class Recovery:
         c.mib["TcpExtTCPSackRecovery" if c.sack_ok else "TcpExtTCPRenoRecovery"] += 1
         if self.ca_state != CA_CWR:
             # Linux tcp_enter_recovery: an ECN-triggered reduction already under way is the
-            # one for this window; the loss does not reduce again.
+            # one for this window; the loss does not reduce again (except DCTCP's, whose
+            # dctcp_state reacts to the change to Recovery).
             self.init_cwnd_reduction(now)
+        else:
+            c.cc.on_loss_in_cwr(now, c.cc.cwnd)
         old = self.ca_state
         self.ca_state = CA_RECOVERY
         if c.stack.tracer is not None:
@@ -357,6 +364,9 @@ class Recovery:
                 self._duplicate_ack(sack_new, now)
             elif sack_new:
                 self.detect_losses(now)
+        if ack_off > prior_una or newly_sacked:
+            # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
+            c.cc.on_ack_event(c.delivered_segs, ece, ack_off, c.snd_max)
         if ece:
             self.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
         if c.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
@@ -535,6 +545,7 @@ class Recovery:
             tm.probe_deadline = INF
             tm.probes_out = 0
         self.ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
+        c.cc.on_ack_event(c.delivered_segs, False, ack_off, c.snd_max)
         self.dupacks = 0
         tm.tlp_deadline = INF
         tm.arm_tlp(now)
