@@ -196,8 +196,9 @@ def record_scenario(sc: Scenario, pcap_path: Path, seed: int = 1) -> int:
                 c = client.create_connection(SERVER, PORT)
                 data = rng.randbytes(sc.size)
                 if sc.tfo:
-                    tfo_connect(c, data[:1000], drv.now())
-                    data = data[1000:]
+                    # The SYN carries what it may (none on the first round: a cookie request);
+                    # the rest is written once connected, as after Linux's sendto(MSG_FASTOPEN).
+                    data = data[tfo_connect(c, data[:1000], drv.now()):]
                 else:
                     client.connect(c, drv.now())
                 conns.append((c, data))

@@ -12,6 +12,7 @@ from usertcp.tcp.congestion import (
     INFINITE_SSTHRESH,
     CongestionControl,
     Cubic,
+    LinuxCubic,
     NewReno,
     create_congestion_control,
 )
@@ -33,8 +34,9 @@ def test_factory_and_names() -> None:
     assert AVAILABLE == ("reno", "cubic", "dctcp")
     assert isinstance(create_congestion_control("reno", MSS), NewReno)
     assert isinstance(create_congestion_control("newreno", MSS), NewReno)
-    assert isinstance(create_congestion_control("cubic", MSS), Cubic)
+    assert isinstance(create_congestion_control("cubic", MSS), LinuxCubic)
     assert create_congestion_control("cubic", MSS).name == "cubic"
+    assert isinstance(create_congestion_control("cubic-rfc9438", MSS), Cubic)
     assert create_congestion_control("newreno", MSS).name == "reno"
     with pytest.raises(ValueError):
         create_congestion_control("bbr", MSS)
@@ -279,7 +281,7 @@ def test_cubic_recovery_exit_and_info() -> None:
     cc.on_recovery_exit()
     assert cc.cwnd == 35 * MSS
     info = cc.state_info()
-    assert info["tcpi_ca_name"] == "cubic"
+    assert info["tcpi_ca_name"] == "cubic-rfc9438"
     assert info["tcpi_snd_cwnd"] == 35 and info["tcpi_snd_ssthresh"] == 35
     assert info["cubic_w_max"] == 50
 

@@ -9,7 +9,8 @@
   tcp_sock): everything else calls the connection's public methods;
 - ``tcp/`` and ``wire/`` stay mypyc-friendly: no weak references, no subclasses of
   builtin containers, no class-level method aliases, no attribute named ``_thread``;
-- no function in ``tcp/`` is longer than 80 lines.
+- no function in ``tcp/`` or ``wire/`` is longer than 60 lines (a few in files owned by other
+  work are listed, none past 80).
 """
 
 from __future__ import annotations
@@ -40,20 +41,12 @@ STDLIB_PRIVATE = {
 CONNECTION_PARTS = {f"usertcp/tcp/{name}.py" for name in
                     ("connection", "handshake", "output", "receive", "recovery", "timers")}
 # How the code names a connection it holds (``x.conn`` too), where the AST has no types.
-CONNECTION_NAMES = {"conn", "c", "child", "connection"}
+CONNECTION_NAMES = {"conn", "c", "connection"}
 # Fields of a connection its users set by design: the event callbacks.
 SETTABLE = {"on_readable", "on_writable"}
-# Writes of a connection's fields outside the core, in files owned by other work (each entry
-# is "path: name.field"); the core has none and may get none, and the list only shrinks.
-KNOWN_WRITES_ELSEWHERE = {
-    "usertcp/api/socket_core.py: conn.sock_nospace",
-    "usertcp/api/sockopts.py: conn.error",
-    "usertcp/api/sockopts.py: conn.md5_keys",
-    "usertcp/api/sockopts.py: child.md5_keys",
-    "usertcp/api/sockopts.py: conn.cc",
-    "usertcp/api/sockopts.py: setattr(conn)",
-    "usertcp/drill/syscalls.py: conn.sock_nospace",
-}
+# Writes of a connection's fields outside its parts (each entry "path: name.field"): none is
+# left; the core may get none, and an entry that no longer occurs must be taken off.
+KNOWN_WRITES_ELSEWHERE: set[str] = set()
 
 
 def module_name(path: Path) -> str:
@@ -248,9 +241,9 @@ def test_connection_write_check_can_fail(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("def f(conn, self, cfg):\n    conn.error = 1\n    self.conn.snd_nxt += 2\n"
                      "    cfg.error = 3\n    x = conn.error\n    conn.on_readable = None\n"
-                     "    setattr(child, 'tos', 4)\n")
+                     "    setattr(connection, 'tos', 4)\n")
     assert connection_writes(probe, {"error", "snd_nxt", "tos", "on_readable"}, tmp_path) == {
-        "probe.py: conn.error", "probe.py: self.conn.snd_nxt", "probe.py: setattr(child)"}
+        "probe.py: conn.error", "probe.py: self.conn.snd_nxt", "probe.py: setattr(connection)"}
 
 
 @pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
@@ -276,12 +269,41 @@ def test_core_module_is_mypyc_friendly(path: Path) -> None:
             assert node.attr != "_thread", f"{path.name}:{node.lineno}: attribute named _thread"
 
 
-@pytest.mark.parametrize("path", sorted((PKG / "tcp").glob("*.py")), ids=lambda p: p.name)
-def test_tcp_functions_are_short(path: Path) -> None:
+# Functions of the core still over 60 lines, in files owned by other work this session (each
+# entry "dir/file.py: name"); none may grow past 80, and an entry that got short must go.
+LONG_ELSEWHERE = {
+    "tcp/output.py: emit",
+    "tcp/output.py: send_new_data",
+    "tcp/reassembly.py: add",
+    "tcp/recovery.py: ack_advance",
+    "wire/tcp.py: parse_options",
+}
+
+
+def long_functions(path: Path, limit: int) -> dict[str, int]:
+    """The functions of ``path`` longer than ``limit`` lines, with their length."""
+    found: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
-            assert length <= 80, f"{path.name}: {node.name} has {length} lines"
+            if length > limit:
+                found[f"{path.parent.name}/{path.name}: {node.name}"] = length
+    return found
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_core_functions_are_short(path: Path) -> None:
+    over_80 = long_functions(path, 80)
+    assert not over_80, over_80
+    over_60 = long_functions(path, 60)
+    assert set(over_60) <= LONG_ELSEWHERE, sorted(set(over_60) - LONG_ELSEWHERE)
+
+
+def test_long_function_allowlist_only_shrinks() -> None:
+    over_60: set[str] = set()
+    for path in CORE:
+        over_60 |= set(long_functions(path, 60))
+    assert over_60 >= LONG_ELSEWHERE, sorted(LONG_ELSEWHERE - over_60)
 
 
 def test_connection_module_is_the_control_block_only() -> None:

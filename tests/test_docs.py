@@ -85,6 +85,12 @@ def test_every_page_has_examples_and_required_topics() -> None:
     tun = pages["tun.md"]
     for topic in ("ip netns", "usertcp serve", "offload", "TUN_F_CSUM"):
         assert topic in tun, topic
+    diff = pages["differences-from-linux-patches.md"]
+    assert "(differences-from-linux-patches.md)" in (DOCS / "index.md").read_text(encoding="utf-8")
+    for topic in ("TCP_PRELOAD", "preload_synack_rtx_data", "EINVAL", "md5_fast_path", "TCP_SYNACK_NORMAL",
+                  "tcp_create_openreq_child", "syn_to_first_client_data_us", "instr", "request/response",
+                  "fork"):
+        assert topic in diff, topic
 
 
 def _generator() -> ModuleType:

@@ -172,17 +172,35 @@ def test_inbound_ecr_needs_a_known_ts_val() -> None:
 # ----------------------------------------------------------------------------- aggregation
 
 
+NO_OFFLOAD = "`ethtool -K tun0 tso off gso off`\n"
+
+
 def test_aggregation_of_consecutive_segments() -> None:
-    assert_passed(run(HANDSHAKE + "   +0 write(4, ..., 3000) = 3000\n   +0 > P. 1:3001(3000) ack 1\n"))
+    # Per packet (no TSO, no GSO): three MSS segments, aggregated or matched one by one.
+    write = "   +0 write(4, ..., 3000) = 3000\n"
+    assert_passed(run(NO_OFFLOAD + HANDSHAKE + write + "   +0 > P. 1:3001(3000) ack 1\n"))
     split = (
         "   +0 > . 1:1001(1000) ack 1\n   +0 > . 1001:2001(1000) ack 1\n   +0 > P. 2001:3001(1000) ack 1\n"
     )
-    assert_passed(run(HANDSHAKE + "   +0 write(4, ..., 3000) = 3000\n" + split))
+    assert_passed(run(NO_OFFLOAD + HANDSHAKE + write + split))
+
+
+def test_tso_link_is_compared_per_skb() -> None:
+    # packetdrill's tun offers TSO: Linux sends a packet per skb, here two segments at most
+    # (tcp_tso_autosize: 1 ms of pacing rate, at least tcp_min_tso_segs = 2), PSH on each
+    # multi-segment one (Linux 6.18, tools/kernel_psh_probe.py).
+    write = "   +0 write(4, ..., 3000) = 3000\n"
+    assert_passed(run(HANDSHAKE + write + "   +0 > P. 1:3001(3000) ack 1\n"))
+    per_skb = "   +0 > P. 1:2001(2000) ack 1\n   +0 > P. 2001:3001(1000) ack 1\n"
+    assert_passed(run(HANDSHAKE + write + per_skb))
+    res = run(HANDSHAKE + write + "   +0 > . 1:1001(1000) ack 1\n")
+    assert res.status == "failed" and "payload length (expected 1000, actual 2000)" in res.reason
 
 
 def test_strict_segments_disables_aggregation() -> None:
     res = run(
         "--strict_segments\n"
+        + NO_OFFLOAD
         + HANDSHAKE
         + "   +0 write(4, ..., 3000) = 3000\n   +0 > P. 1:3001(3000) ack 1\n"
     )
@@ -383,8 +401,9 @@ def test_ecn_receiver_echo_in_script_form() -> None:
 
 
 def test_ecn_sender_reduction_in_script_form() -> None:
+    # A two-segment TSO packet carries PSH (Linux 6.18, tools/kernel_psh_probe.py).
     text = ECN_HANDSHAKE + """   +0 write(4, ..., 3000) = 3000
-   +0 > [ect0] . 1:2001(2000) ack 1
+   +0 > [ect0] P. 1:2001(2000) ack 1
    +0 > [ect0] P. 2001:3001(1000) ack 1
   +.1 < E. 1:1(0) ack 1001 win 257
    +0 %{ assert tcpi_ca_state == 2, tcpi_ca_state }%
@@ -424,7 +443,8 @@ def test_msg_preload_needs_a_listening_socket_and_checks_contents() -> None:
    +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
    +0 bind(3, ..., ...) = 0
 """
-    # Not listening yet: EINVAL, as our socket API (and the patch set) answer.
+    # Not listening yet: EINVAL, as our socket API answers (the patch set defines no error;
+    # docs/differences-from-linux-patches.md says why).
     assert_passed(run(opening + '   +0 send(3, "hi", 2, MSG_PRELOAD) = -1 EINVAL (Invalid argument)\n'))
     script = opening + """   +0 listen(3, 1) = 0
    +0 send(3, "hi\\r\\n", 4, MSG_PRELOAD) = 4

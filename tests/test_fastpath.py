@@ -8,8 +8,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from usertcp.bench.replay import Event, Trace, connection_state, fixed_config, record, replay
+from pair import make_pair
+from usertcp.bench.replay import Event, Trace, connection_state, fixed_config, record, record_rr, replay
+from usertcp.tcp.connection import Connection
+from usertcp.tcp.stack import Stack
 from usertcp.wire.packet import build_packet, parse_packet
+from usertcp.wire.segment import ACK
 
 
 @functools.cache
@@ -153,3 +157,125 @@ def test_md5_crossed_syn_prediction_header_length() -> None:
     assert cb.pred_flags >> 28 == (20 + 12 + 20) // 4
     assert pair.b.counters["TcpExtTCPHPHits"] > 0
     assert pair.b.counters["TcpExtTCPMD5Failure"] == 0
+
+
+# ------------------------------------------- Linux's rule: what the fast path takes
+
+
+@functools.cache
+def rr_trace(active: bool = False, md5: bool = False) -> Trace:
+    """Request/response: every segment is in-order data whose ACK advances (netperf TCP_RR)."""
+    return record_rr(transactions=60, seed=21, active=active, md5_key=b"rr-key" if md5 else None)
+
+
+@functools.cache
+def reno_lossy_trace() -> Trace:
+    """No SACK, with loss: duplicate pure ACKs that match the prediction (no SACK option)."""
+    return record(size=100_000, upload=300_000, loss=0.03, seed=4, config=fixed_config(sack=False))
+
+
+@functools.cache
+def active_bulk_trace() -> Trace:
+    """The active-open side receiving bulk data."""
+    return record(size=50_000, upload=300_000, seed=6, active=True)
+
+
+def _scripted_pair() -> tuple[Stack, Connection, Stack, Connection]:
+    """Two stacks without timestamps or SACK, established; b has data in flight to a."""
+    cfg = fixed_config(timestamps=False, sack=False)
+    pair = make_pair(seed=5, cfg_a=cfg, cfg_b=fixed_config(timestamps=False, sack=False))
+    client, server = pair.open(7001)
+    server.send(b"x" * 3000, pair.now)       # three segments in flight from b
+    pair.b.datagrams_to_send()               # ... and lost: a never sees them
+    assert server.pred_flags and server.snd_max > server.snd_una
+    return pair.a, client, pair.b, server
+
+
+def _from_client(client: Connection, server: Connection, *, ack_off: int, payload: bytes = b"") -> bytes:
+    """A segment from the client as it would build it: SEQ = its SND.NXT, the window it advertised."""
+    return build_packet(src=client.local_ip, dst=client.remote_ip, sport=client.local_port,
+                        dport=client.remote_port, seq=(client.iss + client.snd_nxt) & 0xFFFFFFFF,
+                        ack=(server.iss + ack_off) & 0xFFFFFFFF, flags=ACK,
+                        window=server.snd_wnd >> server.snd_wscale,
+                        payload=[payload] if payload else []).tobytes()
+
+
+def test_duplicate_pure_ack_takes_the_fast_path() -> None:
+    """tcp_rcv_established: a predicted pure ACK with SEG.ACK = SND.UNA enters the fast path
+    (tcp_ack does the duplicate-ACK work); it is not a slow-path segment."""
+    _a, client, b, server = _scripted_pair()
+    c = b.counters
+    slow, acks = c["UsertcpSlowPathSegs"], c["TcpExtTCPHPAcks"]
+    dup = _from_client(client, server, ack_off=server.snd_una)
+    b.receive(dup, 0.1)
+    assert c["UsertcpDupAcks"] == 1 and server.recovery.dupacks == 1
+    assert c["UsertcpSlowPathSegs"] == slow and c["TcpExtTCPHPAcks"] == acks
+    b.receive(dup, 0.1)
+    b.receive(dup, 0.1)                      # the third: fast retransmit (RFC 5681), as the slow path
+    assert server.recovery.dupacks == 3 and c["UsertcpSlowPathSegs"] == slow
+    assert any(len(parse_packet(p.tobytes()).payload) for p in b.datagrams_to_send())
+
+
+def test_data_with_advancing_ack_takes_the_fast_path() -> None:
+    """In-order data whose ACK advances SND.UNA: Linux's fast path queues it, then tcp_ack."""
+    _a, client, b, server = _scripted_pair()
+    c = b.counters
+    slow, hits, acks = c["UsertcpSlowPathSegs"], c["TcpExtTCPHPHits"], c["TcpExtTCPHPAcks"]
+    b.receive(_from_client(client, server, ack_off=server.snd_una + 1000, payload=b"request"), 0.1)
+    assert c["UsertcpSlowPathSegs"] == slow
+    assert (c["TcpExtTCPHPHits"], c["TcpExtTCPHPAcks"]) == (hits + 1, acks + 1)
+    assert server.recv(100, 0.1) == b"request" and server.snd_una == 1 + 1000
+
+
+def test_fast_path_identical_request_response() -> None:
+    for active in (False, True):
+        trace = rr_trace(active)
+        assert_same(trace, require_hits=True)
+        c = replay(trace, header_prediction=True).stack.counters
+        assert c["TcpExtTCPHPHits"] >= 60 and c["UsertcpSlowPathSegs"] <= 2, c.snapshot()
+
+
+def test_fast_path_identical_request_response_md5() -> None:
+    trace = rr_trace(md5=True)
+    assert_same(trace, require_hits=True)
+    c = replay(trace, header_prediction=True).stack.counters
+    assert c["TcpExtTCPHPHits"] >= 60 and c["TcpExtTCPMD5Failure"] == 0
+
+
+def test_fast_path_identical_reno_duplicate_acks() -> None:
+    trace = reno_lossy_trace()
+    assert_same(trace)
+    c = replay(trace, header_prediction=True).stack.counters
+    taken = c["TcpInSegs"] - c["UsertcpSlowPathSegs"] - c["TcpExtTCPHPHits"] - c["TcpExtTCPHPAcks"]
+    assert c["UsertcpDupAcks"] > 0 and taken > 3, c.snapshot()   # dupacks beyond the handshake's
+
+
+def test_fast_path_identical_active_open() -> None:
+    assert_same(active_bulk_trace(), require_hits=True)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["rr", "rr_active", "reno"]),
+       st.lists(st.tuples(st.integers(min_value=0, max_value=10_000), st.integers(0, 7),
+                          st.integers(min_value=0, max_value=70_000)), min_size=1, max_size=15))
+def test_differential_adversarial_new_cases(which: str, mutations: list[tuple[int, int, int]]) -> None:
+    trace = reno_lossy_trace() if which == "reno" else rr_trace(which == "rr_active")
+    events = list(trace.events)
+    for index, how, value in mutations:
+        i = index % len(events)
+        events[i:i + 1] = _mutate(events[i], how, value)
+    assert_same(trace, events)
+
+
+def test_bench_fastpath_covers_the_six_workloads() -> None:
+    """bench fastpath measures bulk data, ACKs and request/response on both sides, plain and
+    MD5, each replayed through the fast path (nearly every segment predicted)."""
+    from usertcp.bench.fastpath import run
+    out = run(size=60_000, repeat=1, transactions=30)
+    names = {"data", "acks", "active_data", "active_acks", "rr", "rr_active"}
+    for label in ("plain", "md5"):
+        assert set(out[label]) == names
+        for name in ("data", "active_data", "rr", "rr_active"):
+            assert out[label][name]["fast_path_share"] > 0.9, (label, name, out[label][name])
+            assert out[label][name]["fast_us"] > 0 and out[label][name]["slow_us"] > 0
+    assert out["plain"]["rr"]["fast_us_per_transaction"] > 0

@@ -73,7 +73,8 @@ def test_thousands_of_blind_segments_during_a_transfer(name: str, cfg: StackConf
         check_invariants(stack)
     total = sum(injected.values())
     challenges = sum(st.counters["TcpExtTCPChallengeACK"] for st, _ in targets)
-    skipped = sum(st.counters["TcpExtTCPACKSkippedChallenge"] for st, _ in targets)
+    skipped = sum(st.counters["TcpExtTCPACKSkippedChallenge"] + st.counters["UsertcpChallengeACKBudgetSpent"]
+                  for st, _ in targets)
     print(json.dumps({"figure": "blind_injection", "config": name, "injected": total, "rejected": rejected,
                       "by_kind": injected, "challenge_acks": challenges,
                       "challenge_acks_rate_limited": skipped,
@@ -81,4 +82,4 @@ def test_thousands_of_blind_segments_during_a_transfer(name: str, cfg: StackConf
     assert total >= 4000 and set(injected) == {"rst", "syn", "data", "ack"}
     assert rejected == total
     assert challenges > 0 and skipped > 0
-    assert max(per_second.values()) <= 100          # challenge_ack_limit per second (RFC 5961 §7)
+    assert max(per_second.values()) <= 149          # challenge_ack_limit 100, drawn from [50, 150) a second

@@ -7,6 +7,7 @@ what the stack sends back, so every test checks exact sequence numbers and conte
 from __future__ import annotations
 
 import errno
+import shutil
 
 import pytest
 
@@ -110,7 +111,10 @@ def test_set_preload_limits_and_clear() -> None:
     with pytest.raises(OSError) as e:
         lst.set_preload(b"x" * (PRELOAD_MAX + 1), 0.0)
     assert e.value.errno == errno.EMSGSIZE
-    assert len(lst.preload) == PRELOAD_MAX            # the failed call changed nothing
+    with pytest.raises(OSError) as e:
+        lst.append_preload(b"y", 0.0)                 # the limit is on the total
+    assert e.value.errno == errno.EMSGSIZE
+    assert lst.preload == b"x" * PRELOAD_MAX          # the failed calls changed nothing
     lst.set_preload(b"", 0.0)
     assert lst.preload == b""
     peer = Peer(st)
@@ -122,6 +126,38 @@ def test_set_preload_limits_and_clear() -> None:
     with pytest.raises(OSError) as e:
         lst.set_preload(b"late", 0.0)
     assert e.value.errno == errno.EPIPE
+    with pytest.raises(OSError) as e:
+        lst.append_preload(b"late", 0.0)
+    assert e.value.errno == errno.EPIPE
+
+
+def test_successive_preload_writes_append() -> None:
+    """Patch 1 fills the tail of the listener's write queue: writes append, in order;
+    setsockopt(TCP_PRELOAD) is the way to replace it."""
+    from usertcp import socket as us
+    from usertcp.net.driver import VirtualTimeDriver
+    from usertcp.net.memnet import Network
+
+    net = Network(seed=1)
+    sa, sb = Stack(["10.0.0.1"]), Stack([SERVER])
+    net.connect(net.add_host(sa, ["10.0.0.1"]), net.add_host(sb, [SERVER]))
+    drv = VirtualTimeDriver(net)
+    srv = us.create_server((SERVER, 25), host=us.Host(sb, drv))
+    assert srv.send(b"220-first line\r\n", us.MSG_PRELOAD) == 16
+    assert srv.send(b"", us.MSG_PRELOAD) == 0        # nothing appended
+    assert srv.send(b"220 second line\r\n", us.MSG_PRELOAD) == 17
+    c = us.Host(sa, drv).socket()
+    c.settimeout(5)
+    c.connect((SERVER, 25))
+    got = b""
+    while len(got) < 33:
+        got += c.recv(100)
+    assert got == b"220-first line\r\n220 second line\r\n"
+    srv.setsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD, b"221 replaced\r\n")
+    c2 = us.Host(sa, drv).socket()
+    c2.settimeout(5)
+    c2.connect((SERVER, 25))
+    assert c2.recv(100) == b"221 replaced\r\n"
 
 
 # ------------------------------------------------------- scenario 1: no TFO
@@ -173,33 +209,67 @@ def test_preload_over_pair_then_application_data_in_order() -> None:
     assert client.recv(100, pair.now) == b"250 after preload\r\n"
 
 
-def test_app_data_written_in_syn_received_follows_preload() -> None:
+def test_app_data_written_after_accept_follows_preload() -> None:
     st, lst = server()
     peer = Peer(st)
     peer.syn()
     peer.synack()
-    conn = child(st, peer)
-    conn.send(b"MORE", peer.now)                       # queued behind the snapshot
     peer.ack(1)
-    segs = peer.out()
-    assert b"".join(data_of(segs, peer.server_isn).values()) == BANNER + b"MORE"
-    assert min(data_of(segs, peer.server_isn)) == 1
-    assert lst.accept() is conn
+    conn = lst.accept()
+    assert conn is not None
+    conn.send(b"MORE", peer.now)                       # queued behind the snapshot (Nagle holds it)
+    assert data_of(peer.out(), peer.server_isn) == {1: BANNER}
+    peer.ack(1 + len(BANNER))
+    assert data_of(peer.out(), peer.server_isn) == {1 + len(BANNER): b"MORE"}
 
 
-def test_new_preload_only_for_later_syns() -> None:
-    st, lst = server(preload=b"OLD\r\n")
-    a = Peer(st, sport=40001)
-    a.syn()
-    a.synack()
-    lst.set_preload(b"NEW\r\n", 0.0)
-    b = Peer(st, sport=40002)
-    b.syn()
-    b.synack()
-    a.ack(1)
-    assert data_of(a.out(), a.server_isn) == {1: b"OLD\r\n"}
-    b.ack(1)
-    assert data_of(b.out(), b.server_isn) == {1: b"NEW\r\n"}
+def test_snapshot_at_third_ack_plain_at_syn_fast_open() -> None:
+    """One rule: a plain request copies the preload when its child is created at the 3rd
+    ACK (patch 2, tcp_create_openreq_child); a Fast Open child at its SYN."""
+    st, lst = tfo_server(preload=b"OLD\r\n")
+    plain = Peer(st, sport=40001)
+    plain.syn()                                        # no cookie: a plain request
+    assert len(plain.synack().payload) == 0
+    fo = Peer(st, sport=40002)
+    tfo_open(st, fo)
+    lst.append_preload(b"NEW\r\n", 0.0)                # between the SYNs and the 3rd ACKs
+    plain.ack(1)
+    assert data_of(plain.out(), plain.server_isn) == {1: b"OLD\r\nNEW\r\n"}
+    fo.ack(1 + 5)
+    assert fo.out() == []                              # its snapshot (OLD) was all in the SYN-ACK
+    assert child(st, fo).snd_max == 1 + 5
+    late = Peer(st, sport=40003)
+    late.syn()
+    late.synack()
+    lst.set_preload(b"", 0.0)                          # cleared before the 3rd ACK: nothing
+    late.ack(1)
+    assert late.out() == []
+
+
+def test_snapshot_at_third_ack_syn_cookie() -> None:
+    """The SYN-cookie path follows the same rule as every plain request."""
+    st, lst = server(StackConfig(random_ts_offset=False, syncookies=2), preload=b"OLD\r\n")
+    peer = Peer(st)
+    peer.syn()
+    peer.synack()
+    assert (SIP, 25, CIP, peer.sport) not in st.connections   # stateless
+    lst.append_preload(b"NEW\r\n", 0.0)
+    peer.ack(1)
+    assert data_of(peer.out(), peer.server_isn) == {1: b"OLD\r\nNEW\r\n"}
+
+
+def test_tfo_app_data_written_in_syn_received_follows_preload() -> None:
+    """A Fast Open child is accepted at its SYN: what the application writes follows the
+    snapshot (the SYN-ACK's data), before the 3rd ACK."""
+    st, lst = tfo_server()
+    peer = Peer(st)
+    sa = tfo_open(st, peer)
+    assert bytes(sa.payload) == BANNER
+    conn = lst.accept()
+    assert conn is not None and conn.state is State.SYN_RECEIVED
+    conn.send(b"MORE", peer.now)
+    conn.output(peer.now)
+    assert data_of(peer.out(), peer.server_isn) == {1 + len(BANNER): b"MORE"}
 
 
 def test_client_data_before_preload_is_acknowledged() -> None:
@@ -291,15 +361,49 @@ def test_tfo_preload_in_synack() -> None:
     assert conn.snd_una == 1 + len(BANNER)
 
 
-def test_tfo_synack_lost_is_retransmitted_with_data() -> None:
+def test_tfo_synack_lost_retransmitted_without_data() -> None:
+    """tcp_rtx_synack sends TCP_SYNACK_NORMAL: the RTO's SYN-ACK and the answer to a
+    retransmitted SYN carry no data; the 3rd ACK (of the SYN only) gets it resent (patch 5)."""
     st, _lst = tfo_server()
     peer = Peer(st)
     tfo_open(st, peer)                                 # "lost"
     peer.run_to(1.01)
     again = peer.synack()
-    assert bytes(again.payload) == BANNER and again.seq == peer.server_isn
+    assert len(again.payload) == 0 and again.seq == peer.server_isn
     peer.send(SYN, options=encode_options(mss=1460, fastopen=tfo_cookie(KEY, CIP, SIP)))  # client's SYN rtx
-    assert bytes(peer.synack().payload) == BANNER      # inet_rtx_syn_ack carries the data too
+    assert len(peer.synack().payload) == 0
+    peer.ack(1)
+    assert data_of(peer.out(), peer.server_isn) == {1: BANNER}
+    peer.ack(1 + len(BANNER))
+    assert peer.out() == []
+    assert child(st, peer).state is State.ESTABLISHED
+
+
+def test_tfo_synack_rtx_without_data_keeps_karn() -> None:
+    """The first SYN-ACK (with the preload) arrives, the client's ACK is lost, and after the
+    data-less retransmitted SYN-ACK the ACK of the data is ambiguous: no RTT sample from it
+    (RFC 6298 §3, Karn; Linux tcp_synack_rtt_meas skips a retransmitted SYN-ACK too)."""
+    st, _lst = tfo_server()
+    peer = Peer(st)
+    tfo_open(st, peer)                                 # delivered; the client's ACK is "lost"
+    peer.run_to(1.01)
+    assert len(peer.synack().payload) == 0
+    peer.ack(1 + len(BANNER))
+    conn = child(st, peer)
+    assert conn.state is State.ESTABLISHED and conn.snd_una == 1 + len(BANNER)
+    assert conn.rtt.srtt is None, conn.rtt.srtt        # not the 1 s the RTO took
+
+
+def test_tfo_synack_rtx_data_option() -> None:
+    """The usertcp option: every retransmitted SYN-ACK carries the preload again."""
+    cfg = StackConfig(fastopen=0x3, fastopen_key=KEY, random_ts_offset=False, preload_synack_rtx_data=True)
+    st, _lst = tfo_server(cfg=cfg)
+    peer = Peer(st)
+    tfo_open(st, peer)
+    peer.run_to(1.01)
+    assert bytes(peer.synack().payload) == BANNER
+    peer.send(SYN, options=encode_options(mss=1460, fastopen=tfo_cookie(KEY, CIP, SIP)))
+    assert bytes(peer.synack().payload) == BANNER
     peer.ack(1 + len(BANNER))
     assert peer.out() == []
     assert child(st, peer).state is State.ESTABLISHED
@@ -387,7 +491,7 @@ def test_tfo_rst_in_syn_received_reports_reset_on_accept() -> None:
 def test_benchmark_measures_the_latency_table() -> None:
     from usertcp.bench.preload import run
 
-    res = run(conns=3)
+    res = run(conns=3, tun=False)
     assert res["accept_send"]["banner_rtts"] == pytest.approx(2.0)
     assert res["preload"]["banner_rtts"] == pytest.approx(2.0)
     assert res["preload_tfo"]["banner_rtts"] == pytest.approx(1.0)
@@ -397,3 +501,38 @@ def test_benchmark_measures_the_latency_table() -> None:
     assert res["preload_tfo"]["wakeups_before_banner"] == 0
     assert res["preload_tfo"]["tfo_passive"] == 3
     assert all(v > 0 for v in res["conns_per_s"].values())
+    assert all(res[name]["server_wall_us_per_conn"] > 0 for name in ("accept_send", "preload", "preload_tfo"))
+    # SYN-ACK lost: the retransmitted SYN-ACK after the 1 s RTO (10 ms RTT here) carries no data,
+    # so the banner follows the 3rd ACK, one RTT later than with the option that resends it.
+    lost = res["synack_lost_banner_ms"]
+    assert lost["rtx_synack_with_data"] > 1000
+    assert lost["rtx_synack_without_data"] == pytest.approx(lost["rtx_synack_with_data"] + 10.0)
+    assert res["tun"] == {"skipped": "tun=False"}
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_tun_table_with_the_kernel_as_client() -> None:
+    """The design's latency table over TUN: this kernel's SMTP client against usertcp serve,
+    with and without Fast Open, with where the time goes, and the kernel-only reference
+    rows. Only what the run must show is checked, never timings."""
+    from netns_helpers import require_netns
+
+    require_netns()
+    if shutil.which("tcpdump") is None:
+        pytest.skip("tcpdump not installed (make system-deps)")
+    from usertcp.bench.preload import TUN_SCENARIOS, tun_table
+
+    res = tun_table(conns=2)
+    for name, _args, tfo in TUN_SCENARIOS:
+        fig = res[name]
+        assert fig["syn_to_first_client_data_us"]["n"] == 2, fig     # both measured connections
+        assert fig["kernel_side_syn_to_first_client_data_us"]["n"] == 2, fig   # tcpdump saw them too
+        assert fig["tun_hops"]["matched_packets"] > 0, fig
+        assert fig["tfo_passive"] == (2 if tfo else 0)               # the kernel used its cookie
+    # Fast Open with a preload: the banner rides in the SYN-ACK, one server segment fewer.
+    stages = res["preload_tfo"]["stages_median_us"]
+    assert stages["syn_to_banner"] == stages["syn_to_synack"]
+    assert res["preload_tfo"]["server_segs_out_per_conn"] < res["preload"]["server_segs_out_per_conn"]
+    for ref in ("kernel_accept_send", "kernel_accept_fork_send"):
+        assert res[ref]["syn_to_first_client_data_us"]["n"] == 2, res[ref]

@@ -59,8 +59,23 @@ def test_popping_many_heads_compacts_without_losing_records() -> None:
     assert not q
 
 
-ops = st.lists(st.tuples(st.sampled_from(["append", "pop", "split", "find"]), st.integers(0, 200)),
-               max_size=80)
+ops = st.lists(st.tuples(st.sampled_from(["append", "pop", "split", "find", "again", "unlink", "remove"]),
+                         st.integers(0, 200)), max_size=80)
+
+
+def sent_order(q: RtxQueue) -> list[SentSegment]:
+    out: list[SentSegment] = []
+    r = q.sent_first
+    while r is not None:
+        out.append(r)
+        r = r.sent_next
+    back: list[SentSegment] = []
+    r = q.sent_last
+    while r is not None:
+        back.append(r)
+        r = r.sent_prev
+    assert back == out[::-1]
+    return out
 
 
 @settings(max_examples=150, deadline=None)
@@ -68,6 +83,7 @@ ops = st.lists(st.tuples(st.sampled_from(["append", "pop", "split", "find"]), st
 def test_queue_matches_a_list_model(script: list[tuple[str, int]]) -> None:
     q = RtxQueue()
     model: list[SentSegment] = []
+    sent: list[SentSegment] = []          # Linux tsorted_sent_queue
     top = 1
     for op, arg in script:
         if op == "append":
@@ -75,20 +91,38 @@ def test_queue_matches_a_list_model(script: list[tuple[str, int]]) -> None:
             top = r.end
             q.append(r)
             model.append(r)
+            sent.append(r)
         elif op == "pop" and model:
-            assert q.popleft() is model.pop(0)
+            r = model.pop(0)
+            assert q.popleft() is r
+            if r in sent:
+                sent.remove(r)
         elif op == "split" and model:
             i = arg % len(model)
             r = model[i]
             if r.end - r.start > 1:
-                tail = r.split(r.start + 1 + arg % (r.end - r.start - 1))
-                q.insert(i + 1, tail)
+                tail = q.split(i, r.start + 1 + arg % (r.end - r.start - 1))
                 model.insert(i + 1, tail)
+                if r in sent:
+                    sent.insert(sent.index(r) + 1, tail)
+        elif op in ("again", "unlink", "remove") and model:
+            i = arg % len(model)
+            r = model[i]
+            if r in sent:
+                sent.remove(r)
+            if op == "again":
+                q.sent_again(r)
+                sent.append(r)
+            elif op == "unlink":
+                q.unlink_sent(r)
+            else:
+                assert q.remove(i) is model.pop(i)
         elif op == "find":
             off = arg * 3
             expect = next((i for i, r in enumerate(model) if r.end > off), len(model))
             assert q.index_ending_after(off) == expect
         assert len(q) == len(model) and list(q) == model and bool(q) == bool(model)
         assert list(reversed(q)) == model[::-1]
+        assert sent_order(q) == sent
         if model:
             assert q[0] is model[0] and q[-1] is model[-1]

@@ -151,6 +151,20 @@ def test_smtplib_gets_the_preloaded_greeting(ns: str, preload: str) -> None:
     assert greeting == (220, preload.removeprefix("220 ").encode()) and ehlo == 250
 
 
+@pytest.mark.timeout(60)
+def test_empty_preload_makes_smtp_greet_after_accept(ns: str) -> None:
+    """``--preload ''`` is bench preload's baseline: no preload, the app's own greeting,
+    sent after accept (not an empty ``220`` line preloaded)."""
+    with _serve(ns, "smtp", "--preload", "") as srv:
+        def talk() -> tuple[int, bytes]:
+            with smtplib.SMTP(timeout=10) as client:
+                return client.connect(US, 25)
+
+        greeting = netns.call_in_namespace(ns, talk)
+        assert srv.stop() == 0, srv.stderr
+    assert greeting[0] == 220 and greeting[1].startswith(b"usertcp.test"), greeting
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.skipif(not HAVE_TSHARK, reason="tshark not installed (make system-deps)")
 def test_offload_pcap_has_complete_tcp_checksums(ns: str, tmp_path: Path) -> None:

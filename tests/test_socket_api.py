@@ -358,22 +358,46 @@ def test_msg_preload_needs_a_listener(w: World) -> None:
     with pytest.raises(OSError) as ei:
         w.a.socket().send(b"x", us.MSG_PRELOAD)
     assert ei.value.errno == errno.EINVAL
-    # On a listener the data becomes the listener's preload (Listener.set_preload).
+    # On a listener successive writes append (the patch fills the write queue's tail);
+    # setsockopt(TCP_PRELOAD) replaces or, empty, clears it; getsockopt reads it back.
     lst = srv.listener
     assert lst is not None
-    assert srv.send(bytearray(b"HELLO"), us.MSG_PRELOAD) == 5
-    assert lst.preload == b"HELLO"
+    assert srv.send(bytearray(b"HEL"), us.MSG_PRELOAD) == 3
+    assert srv.send(b"LO", us.MSG_PRELOAD) == 2
+    assert srv.send(b"", us.MSG_PRELOAD) == 0
+    assert lst.preload == b"HELLO" == srv.getsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD)
+    srv.setsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD, b"BYE")
+    assert lst.preload == b"BYE"
+    srv.setsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD, b"")
+    assert lst.preload == b""
+    with pytest.raises(OSError) as ei:
+        c.setsockopt(us.IPPROTO_TCP, us.TCP_PRELOAD, b"x")
+    assert ei.value.errno == errno.EINVAL
+    srv.send(b"x" * 65536, us.MSG_PRELOAD)
+    with pytest.raises(OSError) as ei:
+        srv.send(b"y", us.MSG_PRELOAD)              # PRELOAD_MAX is on the total
+    assert ei.value.errno == errno.EMSGSIZE and lst.preload == b"x" * 65536
 
 
-def test_sendto_fastopen_queues_data_before_handshake(w: World) -> None:
+def test_sendto_fastopen_without_cookie_then_with(w: World) -> None:
     srv = us.create_server(("10.0.0.2", 80), host=w.b)
     c = w.a.socket()
     c.setblocking(False)
-    assert c.sendto(b"GET / HTTP/1.0\r\n\r\n", us.MSG_FASTOPEN, ("10.0.0.2", 80)) == 18
+    # Linux tcp_send_syn_data: no cookie cached, so the SYN asks for one and carries no data;
+    # the non-blocking call reports EINPROGRESS and took nothing.
+    with pytest.raises(BlockingIOError) as ei:
+        c.sendto(b"GET / HTTP/1.0\r\n\r\n", us.MSG_FASTOPEN, ("10.0.0.2", 80))
+    assert ei.value.errno == errno.EINPROGRESS
     conn = c.connection
-    assert conn is not None and conn.state is State.SYN_SENT and conn.send_queue_bytes == 18
+    assert conn is not None and conn.state is State.SYN_SENT and conn.send_queue_bytes == 0
+    # A second MSG_FASTOPEN while connecting: EALREADY (__inet_stream_connect).
+    with pytest.raises(OSError) as again:
+        c.sendto(b"x", us.MSG_FASTOPEN, ("10.0.0.2", 80))
+    assert again.value.errno == errno.EALREADY
     srv.settimeout(5)
     s, _ = srv.accept()
+    c.setblocking(True)
+    assert c.send(b"GET / HTTP/1.0\r\n\r\n") == 18
     assert s.recv(100) == b"GET / HTTP/1.0\r\n\r\n"
     # Blocking form: a refused fast-open connect is reported.
     with pytest.raises(ConnectionRefusedError):

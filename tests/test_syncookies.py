@@ -193,8 +193,12 @@ def tfo_pair(cookies: int) -> tuple[Pair, Listener]:
 
 def tfo_round(pair: Pair, lst: Listener, data: bytes) -> tuple[Connection, Connection]:
     c = pair.a.create_connection(B_ADDR, 80)
-    tfo_connect(c, data, pair.now)
+    n = tfo_connect(c, data, pair.now)                # what the SYN carries (Linux fo->copied)
     pair.driver.kick()
+    if n < len(data):                                 # the rest is written once connected
+        assert pair.driver.run_until(lambda: c.state is State.ESTABLISHED, 10)
+        c.send(data[n:], pair.now)
+        pair.driver.kick()
     assert pair.driver.run_until(lambda: bool(lst.accept_queue), 10)
     s = lst.accept()
     assert s is not None
@@ -220,7 +224,7 @@ def test_tfo_and_preload_under_a_full_syn_queue(cookies: int) -> None:
     # A client holding a valid TFO cookie (from an earlier, uncongested exchange)...
     hooks = pair.a.hooks
     assert isinstance(hooks, FastOpen)
-    hooks.cookie_cache[B_IP] = CookieEntry(cookie=tfo_cookie(pair.b.config.fastopen_key, A_IP, B_IP))
+    hooks.client.cache.entries[B_IP] = CookieEntry(cookie=tfo_cookie(pair.b.config.fastopen_key, A_IP, B_IP))
     c, _ = tfo_round(pair, lst, b"data in the SYN")
     # ...proves its address: the SYN bypasses the full queue, its data is taken at SYN time
     # (RFC 7413), and the preload follows.

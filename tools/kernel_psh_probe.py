@@ -1,11 +1,14 @@
-"""Which PSH flags does *this machine's* Linux kernel put on two corpus write patterns?
+"""Which packets and PSH flags does *this machine's* Linux kernel send for corpus write patterns?
 
 Run as root: ``.venv/bin/python tools/kernel_psh_probe.py``.  Each probe creates its own
-network namespace with a TUN device, makes the kernel a TCP client of a hand-driven peer
-(10.77.0.2, inside the namespace only), replays the writes of an upstream packetdrill script
-and prints the kernel's data segments.  It is the evidence behind the notes on
-nagle/https_client.pkt and sack/sack-route-refresh-ip-tos.pkt (see issue 3): the scripts were
-recorded on older kernels, and the probe shows what a current one does.
+network namespace with a TUN device (with TSO when the corpus' tun has it), makes the kernel a
+TCP client of a hand-driven peer (10.77.0.2, inside the namespace only), replays the writes of
+a packetdrill script and prints the kernel's data packets as the device gets them (one per
+skb with TSO).  It is the evidence behind the notes on nagle/https_client.pkt and
+sack/sack-route-refresh-ip-tos.pkt (issue 3), and behind the skb model of issue 14: PSH on
+every multi-segment TSO packet (6.18), half the cwnd per packet (tcp_cwnd_test), MSG_EOR skbs
+never coalesced, and later skbs pulled into the one being sent (tcp_grow_skb), which the
+eor/, tests/drill/sndbuf-skb-accounting.pkt and MSG_MORE probes show.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from usertcp.net import netns
 from usertcp.net.tun import TunDevice
 from usertcp.wire.segment import TxPacket
 
+TCP_CONGESTION = 13
+MSG_EOR, MSG_MORE = 0x80, 0x8000
+SockOpt = tuple[int, int, int | bytes]
+
 
 def _session(offload: bool, sysctls: list[str], body: Callable[[TunDevice, PacketReader, str], None]) -> None:
     ns = netns.create_namespace("pshprobe")
@@ -41,10 +48,11 @@ def _session(offload: bool, sysctls: list[str], body: Callable[[TunDevice, Packe
 
 
 def _kernel_connects(dev: TunDevice, rd: PacketReader, ns: str, port: int,
-                     sockopts: list[tuple[int, int, int]], synack_opts: bytes,
-                     window: int) -> tuple[socket.socket, Tcp, int]:
-    """The kernel connects to us (``port``) with ``sockopts``; we answer its SYN and wait for
-    its ACK. Returns (the kernel's socket, its SYN, our next sequence number)."""
+                     sockopts: list[SockOpt], synack_opts: bytes,
+                     window: int, rtt: float = 0.0) -> tuple[socket.socket, Tcp, int]:
+    """The kernel connects to us (``port``) with ``sockopts``; we answer its SYN after
+    ``rtt`` seconds (its first RTT sample) and wait for its ACK. Returns (the kernel's
+    socket, its SYN, our next sequence number)."""
     def connect() -> socket.socket:
         s = socket.socket()
         for level, name, value in sockopts:
@@ -55,6 +63,7 @@ def _kernel_connects(dev: TunDevice, rd: PacketReader, ns: str, port: int,
 
     s = netns.call_in_namespace(ns, connect)
     syn, _, _ = rd.next(lambda seg, p, ok: seg.flags == TCP_SYN)
+    time.sleep(rtt)
     iss = 5000
     hdr, _ = build_tcp(US, PEER, port, syn.sport, iss, syn.seq + 1, TCP_SYN | TCP_ACK, window=window,
                        options=synack_opts)
@@ -121,9 +130,102 @@ def sack_route_refresh(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     s.close()
 
 
+# Linux defaults the corpus' defaults.sh sets that matter here; the qdisc is a pfifo, as there.
+_CORPUS_SYSCTLS = ["net.ipv4.tcp_timestamps=0", "net.ipv4.tcp_slow_start_after_idle=0",
+                   "net.ipv4.tcp_wmem=4096 262144 4194304"]
+_CUBIC: SockOpt = (socket.IPPROTO_TCP, TCP_CONGESTION, b"cubic")
+
+
+def _pfifo(ns: str) -> None:
+    subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "ut0", "root", "pfifo"],
+                   check=True)
+
+
+class _Peer:
+    """The hand-driven side of a probe: ACKs (window unscaled) and the kernel's packets."""
+
+    def __init__(self, dev: TunDevice, rd: PacketReader, syn: Tcp, me: int, port: int, window: int) -> None:
+        self.dev, self.rd, self.syn, self.me, self.port, self.window = dev, rd, syn, me, port, window
+
+    def ack(self, n: int) -> None:
+        hdr, _ = build_tcp(US, PEER, self.port, self.syn.sport, self.me, self.syn.seq + n, TCP_ACK,
+                           window=self.window)
+        self.dev.write(TxPacket(hdr))
+
+    def show_until(self, upto: int) -> None:
+        end = 0
+        while end < self.syn.seq + upto:
+            seg, _, _ = self.rd.next(lambda seg, p, ok: len(seg.payload) > 0)
+            _show(seg, self.syn.seq)
+            end = seg.seq + len(seg.payload)
+
+
+def eor_no_coalesce(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """eor/no-coalesce-small.pkt: writes 10400, 400 with MSG_EOR, 10000 at mss 1000."""
+    _pfifo(ns)
+    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 10])
+    s, syn, me = _kernel_connects(dev, rd, ns, 8080, [_CUBIC], opts, 32792, rtt=0.01)
+    peer = _Peer(dev, rd, syn, me, 8080, 514)
+    peer.ack(1)
+    time.sleep(0.01)
+    s.send(b"x" * 10400)
+    s.send(b"x" * 400, MSG_EOR)
+    s.send(b"x" * 10000)
+    peer.show_until(10001)
+    time.sleep(0.001)
+    peer.ack(10001)
+    print("  after ack 10001:")
+    peer.show_until(20801)
+    s.close()
+
+
+def tso_psh_msg_more(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """30000 bytes written with MSG_MORE (no PSH mark on any skb): which packets carry PSH?"""
+    _pfifo(ns)
+    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 7])
+    s, syn, me = _kernel_connects(dev, rd, ns, 8080, [_CUBIC], opts, 65535, rtt=0.01)
+    peer = _Peer(dev, rd, syn, me, 8080, 65535)
+    peer.ack(1)
+    time.sleep(0.01)
+    s.send(b"x" * 30000, MSG_MORE)
+    peer.show_until(10001)
+    time.sleep(0.005)
+    peer.ack(10001)
+    print("  after ack 10001:")
+    peer.show_until(20001)
+    s.close()
+
+
+def sndbuf_skb_layout(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """tests/drill/sndbuf-skb-accounting.pkt: SO_SNDBUF 21000, a non-blocking 61000-byte
+    write at a 100 ms RTT with tcp_min_tso_segs 10, then ACKs of 10000 and 30000 bytes."""
+    _pfifo(ns)
+    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([1, 3, 3, 0])
+    s, syn, me = _kernel_connects(dev, rd, ns, 8080, [_CUBIC, (socket.SOL_SOCKET, socket.SO_SNDBUF, 21000)],
+                                  opts, 50000, rtt=0.1)
+    peer = _Peer(dev, rd, syn, me, 8080, 50000)
+    time.sleep(0.1)
+    peer.ack(1)
+    s.setblocking(False)
+    print(f"  sk_sndbuf {s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)}, wrote {s.send(b'x' * 61000)}")
+    peer.show_until(10001)
+    for n, upto in ((10001, 30001), (30001, 60001)):
+        time.sleep(0.1)
+        peer.ack(n)
+        print(f"  after ack {n}:")
+        peer.show_until(upto)
+    s.close()
+
+
 if __name__ == "__main__":
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("https_client (script expects P. on 1543:2517):")
     _session(False, ["net.ipv4.tcp_timestamps=0"], https_client)
     print("sack-route-refresh-ip-tos (script expects . 13141:16061, P. 17521:20441):")
     _session(True, [], sack_route_refresh)
+    print("eor/no-coalesce-small (script: P. 1:10001, P. 10001:10801, P. 10801:20801):")
+    _session(True, _CORPUS_SYSCTLS, eor_no_coalesce)
+    print("MSG_MORE 30000 bytes (no skb pushed, yet PSH on every multi-segment packet):")
+    _session(True, _CORPUS_SYSCTLS, tso_psh_msg_more)
+    print("sndbuf-skb-accounting (our script: 60000 written; 10000-byte packets after ack 10001):")
+    _session(True, [*_CORPUS_SYSCTLS, "net.ipv4.tcp_min_tso_segs=10"], sndbuf_skb_layout)

@@ -63,15 +63,20 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "objects": ("usertcp.bench.objects",
                 "receiver/sender CPU per GB: recv() vs capture vs DISCARD, send() vs OBJ_SEND, ranges"),
     "preload": ("usertcp.bench.preload",
-                "banner latency in RTTs and wake-ups: accept-then-send vs preload vs preload+TFO"),
+                "banner latency in RTTs, wake-ups, CPU per connection: accept-then-send vs preload vs "
+                "preload+TFO, SYN-ACK loss both ways; over TUN the design's table, kernel as client"),
     "tun": ("usertcp.bench.tun",
             "kernel<->usertcp throughput over TUN (offload on/off) vs kernel<->kernel over veth"),
     "fastpath": ("usertcp.bench.fastpath",
-                 "receive cost per segment with header prediction on and off, plain and TCP-MD5"),
+                 "receive cost per segment with header prediction on and off: bulk, ACKs, "
+                 "request/response, passive and active side, plain and TCP-MD5 (-o instructions=True)"),
     "dctcp": ("usertcp.bench.dctcp",
               "bottleneck queue delay and utilisation: DCTCP (step, ramp marking) vs CUBIC (ECN, tail drop)"),
     "apps": ("usertcp.bench.apps",
              "uvicorn requests/s on usertcp over TUN vs the kernel (wrk); SMTP setup rate, preload or not"),
+    "hostile": ("usertcp.bench.hostile",
+                "per-ACK cost of SACK attacks; legitimate clients served during SYN flood, "
+                "zero-window hoarding and SACK storm vs no attack"),
 }
 
 

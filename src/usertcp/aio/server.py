@@ -225,11 +225,11 @@ class Server(asyncio.AbstractServer):
             t.abort()
 
     def preload(self, data: bytes) -> int:
-        """Set the listeners' preload (``send(data, MSG_PRELOAD)``); empty clears it."""
-        n = 0
+        """Set (replace) the listeners' preload (``setsockopt(TCP_PRELOAD)``; ``send(data,
+        MSG_PRELOAD)`` would append); empty clears it. Returns ``len(data)``."""
         for s in self._socks:
-            n = s.send(bytes(data), usock.MSG_PRELOAD)
-        return n
+            s.setsockopt(usock.IPPROTO_TCP, usock.TCP_PRELOAD, bytes(data))
+        return len(data)
 
     # -- internals ---------------------------------------------------------------------
 

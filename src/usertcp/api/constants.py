@@ -22,6 +22,7 @@ __all__ = [
     "IPV6_MTU",
     "IPV6_MTU_DISCOVER",
     "IPV6_RECVERR",
+    "IP_FREEBIND",
     "IP_MTU",
     "IP_MTU_DISCOVER",
     "IP_PMTUDISC_DO",
@@ -42,6 +43,7 @@ __all__ = [
     "MSG_PRELOAD",
     "MSG_TRUNC",
     "MSG_WAITALL",
+    "MSG_ZEROCOPY",
     "SHUT_RD",
     "SHUT_RDWR",
     "SHUT_WR",
@@ -55,11 +57,14 @@ __all__ = [
     "SO_ERROR",
     "SO_KEEPALIVE",
     "SO_LINGER",
+    "SO_MARK",
     "SO_RCVBUF",
     "SO_REUSEADDR",
     "SO_REUSEPORT",
     "SO_SNDBUF",
+    "SO_TIMESTAMPING",
     "SO_TYPE",
+    "SO_ZEROCOPY",
     "TCP_CM_INQ",
     "TCP_CONGESTION",
     "TCP_CORK",
@@ -76,6 +81,8 @@ __all__ = [
     "TCP_MD5SIG",
     "TCP_MD5SIG_EXT",
     "TCP_NODELAY",
+    "TCP_NOTSENT_LOWAT",
+    "TCP_PRELOAD",
     "TCP_USER_TIMEOUT",
     "AddressFamily",
     "SocketKind",
@@ -121,6 +128,9 @@ SO_KEEPALIVE: Final = 9
 SO_LINGER: Final = 13
 SO_REUSEPORT: Final = 15
 SO_ACCEPTCONN: Final = 30
+SO_MARK: Final = 36            # the routing mark (fwmark): stored, no policy routing here
+SO_TIMESTAMPING: Final = 37    # transmit timestamps on the error queue (usertcp.tcp.timestamping)
+SO_ZEROCOPY: Final = 60        # allow MSG_ZEROCOPY (usertcp.tcp.zerocopy)
 
 TCP_NODELAY: Final = 1
 TCP_MAXSEG: Final = 2
@@ -133,14 +143,17 @@ TCP_CONGESTION: Final = 13
 TCP_USER_TIMEOUT: Final = 18
 TCP_MD5SIG: Final = 14
 TCP_FASTOPEN: Final = 23
+TCP_NOTSENT_LOWAT: Final = 25
 TCP_FASTOPEN_CONNECT: Final = 30
 TCP_FASTOPEN_KEY: Final = 33
 TCP_FASTOPEN_NO_COOKIE: Final = 34
 TCP_MD5SIG_EXT: Final = 32
 TCP_INQ: Final = 36
+TCP_PRELOAD: Final = usertcp.TCP_PRELOAD   # usertcp only: replace/clear/read a listener's preload
 TCP_CM_INQ: Final = TCP_INQ      # the cmsg type TCP_INQ adds to recvmsg
 # IP-level options TCP honours (Linux values): path-MTU discovery mode, hard ICMP errors, MTU.
 IP_TOS: Final = 1
+IP_FREEBIND: Final = 15
 IP_MTU_DISCOVER: Final = 10
 IP_RECVERR: Final = 11
 IP_MTU: Final = 14
@@ -162,6 +175,7 @@ MSG_WAITALL: Final = 0x100
 MSG_ERRQUEUE: Final = 0x2000
 MSG_NOSIGNAL: Final = 0x4000
 MSG_MORE: Final = 0x8000
+MSG_ZEROCOPY: Final = 0x4000000
 MSG_FASTOPEN: Final = usertcp.MSG_FASTOPEN
 MSG_PRELOAD: Final = usertcp.MSG_PRELOAD
 

@@ -31,6 +31,7 @@ from usertcp.api.constants import (
     SOL_SOCKET,
     TCP_CONGESTION,
     TCP_INFO,
+    TCP_PRELOAD,
     AddressFamily,
     SocketKind,
     gaierror,
@@ -39,7 +40,7 @@ from usertcp.api.constants import (
 from usertcp.api.host import Host, check_timeout, getdefaulttimeout, host_or_default
 from usertcp.api.sockopts import SocketOptions, take_error, tcp_info
 from usertcp.tcp.connection import Connection, State
-from usertcp.tcp.fastopen import cookie_cached, tfo_connect
+from usertcp.tcp.fastopen import defer_connect, tfo_connect
 from usertcp.tcp.stack import Listener
 
 __all__ = ["CONNECTING", "SocketCore", "eof_or_error"]
@@ -82,6 +83,7 @@ class SocketCore:
         self._bound_port = 0            # non-zero: this socket holds an entry in the host's port table
         self._explicit_bind = False
         self._tfo_deferred = False      # connect() returned with the SYN not yet sent
+        self._tfo_copied = 0            # bytes the last sendto(MSG_FASTOPEN) put in the SYN
         self._options = SocketOptions(self._host.stack.config)
         self._io_refs = 0               # open makefile() files: close() waits for them (as CPython)
         self._close_pending = False     # close() was called while files were open
@@ -194,7 +196,9 @@ class SocketCore:
             return True            # recv fails at once with ENOTCONN / reads EOF
         if conn.state in CONNECTING or conn.collector is not None:
             return False           # a collected socket's bytes belong to the object ring (EBUSY)
-        return conn.readable_bytes > 0 or eof_or_error(conn)
+        # tcp_poll: a queued zerocopy completion or timestamp is EPOLLERR, which select() and
+        # poll() readers see as readable (recvmsg(MSG_ERRQUEUE) reads it).
+        return conn.readable_bytes > 0 or eof_or_error(conn) or bool(conn.errqueue)
 
     def poll_writable(self, *, waiting: bool = True) -> bool:
         """send would not block (a failed or finished connect included); EBADF once closed.
@@ -306,18 +310,22 @@ class SocketCore:
             if self._listener is not None or self._connected:
                 raise os_error(errno.EISCONN)
             conn = self._conn
-            if conn is None and self._options.tfo_connect and cookie_cached(self._host.stack, ip or b""):
-                # Linux TCP_FASTOPEN_CONNECT: connect() returns at once; the SYN leaves
-                # with the first write, carrying its data (tcp_fastopen_defer_connect).
-                conn = self._start_connect(ip, port, drv.now(), defer=True)
-                self._connected = True
-                return conn
             if conn is None:
                 conn = self._start_connect(ip, port, drv.now())
+                if self._tfo_deferred:
+                    # Linux TCP_FASTOPEN_CONNECT: connect() returns at once; the SYN leaves
+                    # with the first write, carrying its data (tcp_fastopen_defer_connect).
+                    self._connected = True
+                    return conn
                 if nonblocking or self._timeout == 0.0:
                     raise os_error(errno.EINPROGRESS)
             elif conn.state in CONNECTING and (nonblocking or self._timeout == 0.0):
                 raise os_error(errno.EALREADY)
+        return self._wait_connected()
+
+    def _wait_connected(self) -> Connection:
+        """The end of Linux __inet_stream_connect: wait out the handshake; a failed connection
+        reports its error and leaves the socket free to connect again."""
 
         def attempt(now: float) -> Connection | Blocked:
             c = self._conn
@@ -340,8 +348,7 @@ class SocketCore:
 
         return self._run(attempt, ready, eagain=errno.EALREADY)
 
-    def _start_connect(self, ip: bytes | None, port: int, now: float, *, defer: bool = False,
-                       data: Any = None) -> Connection:
+    def _start_connect(self, ip: bytes | None, port: int, now: float, *, data: Any = None) -> Connection:
         if ip is None:
             raise os_error(errno.EADDRNOTAVAIL, "cannot connect to the unspecified address")
         if port == 0:
@@ -352,10 +359,13 @@ class SocketCore:
         local_port = self._bound_port or self._host.pick_port()
         conn = stack.create_connection(ip, port, local=self._bound_ip, local_port=local_port)
         self._options.apply_to_connection(conn)
-        if defer:
+        no_cookie = self._options.tfo_no_cookie
+        if data is not None:
+            self._tfo_copied = tfo_connect(conn, data, now, no_cookie=no_cookie)   # sendto(MSG_FASTOPEN)
+        elif self._options.tfo_connect and defer_connect(conn, now, no_cookie=no_cookie):
             self._tfo_deferred = True
-        elif data is not None or self._options.tfo_connect:
-            tfo_connect(conn, b"" if data is None else data, now)
+        elif self._options.tfo_connect:
+            tfo_connect(conn, b"", now, no_cookie=no_cookie)    # a cookie request
         else:
             stack.connect(conn, now)
         if not self._bound_port:
@@ -386,7 +396,7 @@ class SocketCore:
         if conn.writable:
             return True
         if mark_nospace:
-            conn.sock_nospace = True
+            conn.note_nospace()
         return False
 
     # -- shutdown / close --------------------------------------------------------
@@ -538,6 +548,9 @@ class SocketCore:
             if level == IPPROTO_TCP and optname == TCP_CONGESTION:
                 name = self._options.congestion_name(self._conn).encode()
                 return name.ljust(buflen, b"\0")[:buflen] if buflen else name
+            if level == IPPROTO_TCP and optname == TCP_PRELOAD:
+                data = self._listener.preload if self._listener is not None else b""
+                return data[:buflen] if buflen else data
             if level == SOL_SOCKET and optname == SO_LINGER and buflen:
                 return struct.pack("ii", *self._options.linger)[:buflen]
             v = self._options.get(level, optname, conn=self._conn, listener=self._listener)

@@ -32,18 +32,21 @@ from collections.abc import Iterable
 from typing import Any, BinaryIO, Final, cast
 
 from usertcp.api import constants as _constants
-from usertcp.api import stdio
+from usertcp.api import errqueue, stdio
 from usertcp.api.blocking import BLOCK as _BLOCK
 from usertcp.api.blocking import Blocked
 from usertcp.api.constants import *  # noqa: F403 - the Linux numbers are part of this API
 from usertcp.api.constants import (
     MSG_DONTWAIT,
+    MSG_EOR,
+    MSG_ERRQUEUE,
     MSG_FASTOPEN,
     MSG_MORE,
     MSG_NOSIGNAL,
     MSG_PEEK,
     MSG_PRELOAD,
     MSG_WAITALL,
+    MSG_ZEROCOPY,
     os_error,
 )
 from usertcp.api.host import (
@@ -60,6 +63,8 @@ from usertcp.api.socket_core import CONNECTING, SocketCore, eof_or_error
 from usertcp.api.sockopts import as_bytes_view, take_error
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.fastopen import tfo_connect
+from usertcp.tcp.fastopen_client import client_enabled
+from usertcp.tcp.zerocopy import ZerocopySend
 
 __all__ = [
     *_constants.__all__,
@@ -77,7 +82,8 @@ __all__ = [
 
 
 
-_SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_FASTOPEN | MSG_PRELOAD
+_SEND_FLAGS = (MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR | MSG_FASTOPEN | MSG_PRELOAD
+               | MSG_ZEROCOPY)
 _RECV_FLAGS = MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL
 
 
@@ -95,7 +101,58 @@ class Socket(SocketCore):
             raise os_error(errno.EOPNOTSUPP, f"unsupported send flags {flags & ~_SEND_FLAGS:#x}")
         if flags & MSG_PRELOAD:
             return self._preload(data, view)
+        if flags & MSG_FASTOPEN or self._tfo_deferred:
+            return self._sendmsg_fastopen(data, view, flags, None)
         return self._send_some(data, view, flags)
+
+    def _sendmsg_fastopen(self, data: Any, view: memoryview, flags: int, address: Any) -> int:
+        """Linux tcp_sendmsg_fastopen: MSG_FASTOPEN (or the first write after a deferred
+        TCP_FASTOPEN_CONNECT connect) connects, the SYN carrying what it may of ``data``
+        (``tcp/fastopen_client.py``). Non-blocking, the call ends there: the bytes the SYN took,
+        or EINPROGRESS if it took none; blocking, it waits for the handshake and then sends the
+        rest as any write. A connected socket refuses it (EISCONN), as Linux does."""
+        nonblocking = self._timeout == 0.0 or bool(flags & MSG_DONTWAIT)
+        drv = self._host.driver
+        with drv.lock:
+            self._check_open()
+            stack = self._host.stack
+            if not client_enabled(stack):
+                raise os_error(errno.EOPNOTSUPP, "TCP Fast Open (client) is off: net.ipv4.tcp_fastopen & 1")
+            now = drv.now()
+            copied = 0
+            err = errno.EINPROGRESS
+            if self._tfo_deferred and self._conn is not None:
+                self._tfo_deferred = False
+                self._connected = False             # SS_CONNECTING until the handshake ends
+                copied = tfo_connect(self._conn, bytes(view), now, no_cookie=self._options.tfo_no_cookie)
+            elif self._listener is not None or self._connected:
+                raise os_error(errno.EISCONN)
+            elif self._conn is not None:
+                err = errno.EALREADY                # a connect is in progress
+            else:
+                if address is None:
+                    raise os_error(errno.ENOTCONN, "MSG_FASTOPEN needs an address on an unconnected socket")
+                ip, port = self._parse_address(address, "sendto")
+                self._tfo_copied = 0
+                self._start_connect(ip, port, now, data=bytes(view))
+                copied = self._tfo_copied
+            conn = self._conn
+            connecting = conn is not None and conn.state in CONNECTING
+        self._kick()
+        if nonblocking and connecting:
+            if copied:
+                return copied
+            raise os_error(err)
+        pending = conn if conn is not None and copied < len(view) else None
+        if pending is not None:
+            pending.writer_waits(True)       # inet_wait_for_connect's writebias: ACK rides on data
+        try:
+            self._wait_connected()
+        finally:
+            if pending is not None:
+                pending.writer_waits(False)
+        rest = view[copied:]
+        return copied + (self._send_some(rest, rest, flags & ~MSG_FASTOPEN) if len(rest) else 0)
 
     def _preload(self, data: Any, view: memoryview) -> int:
         with self._host.driver.lock:
@@ -103,27 +160,32 @@ class Socket(SocketCore):
             lst = self._listener
             if lst is None or lst.closed:
                 raise os_error(errno.EINVAL, "MSG_PRELOAD needs a listening socket")
-            lst.set_preload(bytes(view), self._host.driver.now())
+            try:
+                n = lst.append_preload(bytes(view), self._host.driver.now())   # patch 1: appends
+            except OSError as exc:
+                raise os_error(exc.errno or errno.EINVAL, str(exc)) from None
         self._kick()
-        return len(view)
+        return n
 
     def _send_some(self, data: Any, view: memoryview, flags: int) -> int:
         more = bool(flags & MSG_MORE)
-        # bytes go to the stack by reference; anything mutable is copied by Connection.send.
+        eor = bool(flags & MSG_EOR)
+        # bytes go to the stack by reference; anything mutable is copied by Connection.send,
+        # unless MSG_ZEROCOPY (with SO_ZEROCOPY; else ignored, as Linux TCP) pins it until its
+        # completion arrives on the error queue (usertcp.tcp.zerocopy).
+        zerocopy = bool(flags & MSG_ZEROCOPY) and self.options.zerocopy
         payload: Any = data if isinstance(data, bytes) else view
 
         def attempt(now: float) -> int | Blocked:
-            if self._tfo_deferred and self._conn is not None:
-                self._tfo_deferred = False
-                n = tfo_connect(self._conn, payload, now)
-                self._kick()
-                return n
             conn = self._writable_conn()
             if conn.state in CONNECTING and not (conn.state is State.SYN_RECEIVED and conn.tfo is not None):
                 return _BLOCK
             if conn.send_space <= 0 and len(view):
                 return _BLOCK
-            n = conn.send(payload, now, more=more)
+            zc = ZerocopySend(conn) if zerocopy and len(view) else None
+            n = conn.send(payload, now, more=more, eor=eor, pinned=zerocopy, tstamp=2)
+            if zc is not None:
+                zc.finish(conn)
             if conn.state is State.SYN_RECEIVED:
                 conn.output(now)        # a fast-open child may send before the 3rd ACK (Linux)
             self._kick()
@@ -149,9 +211,14 @@ class Socket(SocketCore):
         if flags & ~(_SEND_FLAGS & ~(MSG_PRELOAD | MSG_FASTOPEN)):
             raise os_error(errno.EOPNOTSUPP, f"unsupported sendall flags {flags:#x}")
         more = bool(flags & MSG_MORE)
+        eor = bool(flags & MSG_EOR)
+        zerocopy = bool(flags & MSG_ZEROCOPY) and self.options.zerocopy
         total = len(view)
         sent = 0
-        whole = data if isinstance(data, bytes) else None
+        if self._tfo_deferred:
+            # The first write of a deferred TCP_FASTOPEN_CONNECT sends the SYN with its data.
+            sent = self._sendmsg_fastopen(view, view, flags, None)
+        whole = data if isinstance(data, bytes) and not sent else None
 
         def attempt(now: float) -> Blocked | None:
             nonlocal sent
@@ -161,7 +228,11 @@ class Socket(SocketCore):
                     return _BLOCK
                 # A whole bytes object goes by reference; the core copies any other buffer.
                 chunk: Any = whole if sent == 0 and whole is not None else view[sent:]
-                sent += conn.send(chunk, now, more=more)
+                zc = ZerocopySend(conn) if zerocopy else None     # one send() per chunk
+                sent += conn.send(chunk, now, more=more, eor=eor and sent + len(chunk) >= total,
+                                  pinned=zerocopy, tstamp=1)
+                if zc is not None:
+                    zc.finish(conn)
                 self._kick()
             return None
 
@@ -170,10 +241,11 @@ class Socket(SocketCore):
     def sendto(self, data: Any, flags_or_address: Any, address: Any = None) -> int:
         """sendto(data, address) or sendto(data, flags, address).
 
-        With MSG_FASTOPEN on an unconnected socket: connect, queue ``data`` before the
-        handshake completes (it leaves with the first ACK), return its length. A
-        blocking socket then waits for the handshake so a refused connect is reported.
-        Without it, TCP ignores the address of a connected socket (as Linux does).
+        With MSG_FASTOPEN: connect, with data in the SYN if a cookie is cached (Linux
+        semantics, see ``_sendmsg_fastopen``): non-blocking, the bytes the SYN carries (or
+        BlockingIOError EINPROGRESS if none: a cookie request went out); blocking, all of
+        ``data`` once the handshake is done. Without it, TCP ignores the address of a
+        connected socket (as Linux does).
         """
         if address is None:
             flags, address = 0, flags_or_address
@@ -181,24 +253,12 @@ class Socket(SocketCore):
             flags = flags_or_address
         if not isinstance(flags, int):
             raise TypeError("sendto(): flags must be int")
+        if not flags & MSG_FASTOPEN:
+            return self.send(data, flags)
         view = as_bytes_view(data)
-        if not flags & MSG_FASTOPEN or self._conn is not None:
-            return self.send(data, flags & ~MSG_FASTOPEN)
-        if flags & ~_SEND_FLAGS:
+        if flags & ~_SEND_FLAGS or flags & MSG_PRELOAD:
             raise os_error(errno.EOPNOTSUPP, f"unsupported send flags {flags & ~_SEND_FLAGS:#x}")
-        ip, port = self._parse_address(address, "sendto")
-        drv = self._host.driver
-        with drv.lock:
-            self._check_open()
-            if self._listener is not None:
-                raise os_error(errno.EISCONN)
-            conn = self._start_connect(ip, port, drv.now(), data=bytes(view))
-            n = len(conn.snd_buf)
-        self._kick()
-        if self._timeout == 0.0 or flags & MSG_DONTWAIT:
-            return n
-        self._connect(address, nonblocking=False)
-        return n
+        return self._sendmsg_fastopen(data, view, flags, address)
 
     # -- recv --------------------------------------------------------------------
 
@@ -309,6 +369,13 @@ class Socket(SocketCore):
 
     def recvmsg(self, bufsize: int, ancbufsize: int = 0,
                 flags: int = 0) -> tuple[bytes, list[tuple[int, int, bytes]], int, None]:
+        """As :meth:`socket.socket.recvmsg`; with MSG_ERRQUEUE, one error-queue entry
+        (:mod:`usertcp.api.errqueue`: zerocopy completions, transmit timestamps)."""
+        if flags & MSG_ERRQUEUE:
+            if bufsize < 0 or ancbufsize < 0:
+                raise ValueError("negative buffer size in recvmsg()")
+            self._check_open()
+            return errqueue.recv_errqueue(self, ancbufsize)
         return stdio.recvmsg(self, bufsize, ancbufsize, flags)
 
     def recvmsg_into(self, buffers: Iterable[Any], ancbufsize: int = 0,

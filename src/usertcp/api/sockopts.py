@@ -11,6 +11,10 @@ how they read arguments and report results. Semantics reproduced (as Linux ``soc
 - Options set before ``listen()`` are inherited by accepted sockets (``sk_clone_lock``): the
   connection attributes go to ``Listener.options``.
 - A pending socket error is reported once (``sock_error``): :func:`take_error`.
+- ``SO_ZEROCOPY`` allows ``MSG_ZEROCOPY`` sends; ``SO_TIMESTAMPING`` validates its flags as
+  ``sock_set_timestamping`` and keeps them on the connection's error queue
+  (:mod:`usertcp.tcp.timestamping`); ``TCP_NOTSENT_LOWAT`` bounds the unsent bytes a writer may
+  queue (``tcp_stream_memory_free``) and wakes writers when set (``sk_write_space``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from enum import IntEnum
 from typing import Any, Final
 
 from usertcp.api.constants import (
+    IP_FREEBIND,
     IP_MTU,
     IP_MTU_DISCOVER,
     IP_RECVERR,
@@ -35,11 +40,14 @@ from usertcp.api.constants import (
     SO_ERROR,
     SO_KEEPALIVE,
     SO_LINGER,
+    SO_MARK,
     SO_RCVBUF,
     SO_REUSEADDR,
     SO_REUSEPORT,
     SO_SNDBUF,
+    SO_TIMESTAMPING,
     SO_TYPE,
+    SO_ZEROCOPY,
     SOCK_STREAM,
     SOL_SOCKET,
     TCP_CONGESTION,
@@ -57,13 +65,17 @@ from usertcp.api.constants import (
     TCP_MD5SIG,
     TCP_MD5SIG_EXT,
     TCP_NODELAY,
+    TCP_NOTSENT_LOWAT,
+    TCP_PRELOAD,
     TCP_USER_TIMEOUT,
     os_error,
 )
+from usertcp.tcp.config import TFO_CLIENT_ENABLE
 from usertcp.tcp.congestion import create_congestion_control
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.md5sig import Md5Keys, parse_tcp_md5sig
 from usertcp.tcp.stack import Listener, StackConfig
+from usertcp.tcp.timestamping import TxTimestamps, set_timestamping
 
 __all__ = ["Effect", "SocketOptions", "as_bytes_view", "int_value", "take_error", "tcp_info"]
 
@@ -90,9 +102,7 @@ class Effect(IntEnum):
 
 def take_error(conn: Connection) -> int:
     """Read and clear the connection's pending error: Linux reports ``sk_err`` once."""
-    err = conn.error
-    conn.error = 0
-    return err
+    return conn.take_error()
 
 
 def as_bytes_view(data: Any) -> memoryview:
@@ -136,9 +146,9 @@ def tcp_info(conn: Connection | None, listener: Listener | None) -> dict[str, An
 class SocketOptions:
     """One socket's option state, applied to its connection or listener as they come to exist."""
 
-    __slots__ = ("_cc_name", "config", "conn_attrs", "error", "linger", "md5_keys", "rcvbuf",
-                 "recv_inq", "reuseaddr", "reuseport", "sndbuf", "tfo_connect", "tfo_key", "tfo_no_cookie",
-                 "tfo_qlen")
+    __slots__ = ("_cc_name", "config", "conn_attrs", "error", "freebind", "linger", "mark", "md5_keys",
+                 "rcvbuf", "recv_inq", "reuseaddr", "reuseport", "sndbuf", "tfo_connect", "tfo_key",
+                 "tfo_no_cookie", "tfo_qlen", "tsflags", "zerocopy")
 
     def __init__(self, config: StackConfig) -> None:
         self.config = config
@@ -158,6 +168,10 @@ class SocketOptions:
         self._cc_name: str | None = None
         self.recv_inq = False               # TCP_INQ: recvmsg reports the bytes left to read
         self.error = 0                      # a failed connect's error once its connection is gone
+        self.zerocopy = False               # SO_ZEROCOPY: MSG_ZEROCOPY sends are honoured
+        self.tsflags = 0                    # SO_TIMESTAMPING flags (sk_tsflags)
+        self.mark = 0                       # SO_MARK: kept and reported, no policy routing here
+        self.freebind = False               # IP_FREEBIND: bind() to an address not on the host
 
     @property
     def cc_name(self) -> str | None:
@@ -173,6 +187,8 @@ class SocketOptions:
         child.md5_keys = self.md5_keys
         child._cc_name = self._cc_name
         child.recv_inq = self.recv_inq      # tcp_sock is copied whole (tp->recvmsg_inq)
+        child.zerocopy, child.tsflags, child.mark = self.zerocopy, self.tsflags, self.mark   # sock flags
+        child.freebind = self.freebind
         return child
 
     def apply_to_listener(self, lst: Listener) -> None:
@@ -186,11 +202,20 @@ class SocketOptions:
             lst.fastopen_qlen = self.tfo_qlen
 
     def apply_to_connection(self, conn: Connection) -> None:
-        for name, value in self.conn_attrs.items():
-            setattr(conn, name, value)
-        conn.md5_keys = self.md5_keys
+        conn.apply_options(self.conn_attrs)
+        conn.set_md5_keys(self.md5_keys)
         if self._cc_name is not None:
-            conn.cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
+            cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
+            conn.set_congestion_control(cc)
+        if self.tsflags:
+            self._timestamps(conn).flags = self.tsflags
+
+    @staticmethod
+    def _timestamps(conn: Connection) -> TxTimestamps:
+        queue = conn.error_queue()
+        if queue.tstamp is None:
+            queue.tstamp = TxTimestamps()
+        return queue.tstamp
 
     def adopt_child(self, conn: Connection) -> None:
         """An accepted child: TCP_CONGESTION of the listener applies before it sends data.
@@ -199,7 +224,8 @@ class SocketOptions:
         """
         if self._cc_name is not None and conn.cc.name != self._cc_name \
                 and conn.snd_nxt <= conn.snd_una + 1:
-            conn.cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
+            cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
+            conn.set_congestion_control(cc)
 
     # ------------------------------------------------------------------------- set
 
@@ -220,7 +246,7 @@ class SocketOptions:
             listener.options[name] = value
         if conn is None:
             return Effect.NONE
-        setattr(conn, name, value)
+        conn.apply_options({name: value})
         return Effect.ATTR
 
     def _set_ip(self, level: int, optname: int, value: Any, conn: Connection | None,
@@ -233,6 +259,9 @@ class SocketOptions:
             return self._attr("pmtudisc", mode, conn, listener)
         if optname == (IPV6_RECVERR if v6 else IP_RECVERR):
             return self._attr("recverr", bool(int_value(value)), conn, listener)
+        if not v6 and optname == IP_FREEBIND:
+            self.freebind = bool(int_value(value))
+            return Effect.NONE
         if not v6 and optname == IP_TOS:
             # Linux ip_setsockopt: the ECN bits are kept by TCP, the rest goes in every packet.
             return self._attr("tos", int_value(value) & 0xFC, conn, listener)
@@ -264,6 +293,24 @@ class SocketOptions:
             onoff, secs = _linger_value(value)
             self.linger = (1 if onoff else 0, max(secs, 0))
             return self._attr("linger_zero", bool(onoff) and secs == 0, conn, listener)
+        if optname == SO_ZEROCOPY:
+            v = int_value(value)
+            if not 0 <= v <= 1:
+                raise os_error(errno.EINVAL, "SO_ZEROCOPY takes 0 or 1")
+            self.zerocopy = bool(v)
+            return Effect.NONE
+        if optname == SO_TIMESTAMPING:
+            # sock_set_timestamping(): OPT_ID needs a connection (its key counts from SND.UNA);
+            # the flags stay with the socket and go to the connection it gets.
+            live = conn if conn is not None and conn.state is not State.CLOSED else None
+            state = self._timestamps(live) if live is not None else TxTimestamps()
+            state.flags = self.tsflags
+            set_timestamping(live, state, int_value(value))
+            self.tsflags = state.flags
+            return Effect.NONE
+        if optname == SO_MARK:
+            self.mark = int_value(value) & 0xFFFFFFFF
+            return Effect.NONE
         if optname in (SO_ERROR, SO_TYPE, SO_ACCEPTCONN):
             raise os_error(errno.ENOPROTOOPT, "read-only socket option")
         raise os_error(errno.ENOPROTOOPT, f"SOL_SOCKET option {optname} not supported")
@@ -279,6 +326,9 @@ class SocketOptions:
             raw = bytes(as_bytes_view(value))
             addr, prefixlen, key = parse_tcp_md5sig(raw, ext=optname == TCP_MD5SIG_EXT)
             self.set_md5_key(addr, key, prefixlen, conn=conn, listener=listener)
+            return Effect.NONE
+        if optname == TCP_PRELOAD:
+            self._replace_preload(bytes(as_bytes_view(value)), listener)
             return Effect.NONE
         if optname == TCP_FASTOPEN_KEY:
             key = bytes(as_bytes_view(value))
@@ -311,6 +361,12 @@ class SocketOptions:
                 raise os_error(errno.EINVAL, f"value must be 1-{top}")
             return self._attr(_KEEPALIVE_ATTRS[optname], v if optname == TCP_KEEPCNT else float(v),
                               conn, listener)
+        if optname == TCP_NOTSENT_LOWAT:
+            # do_tcp_setsockopt: stored as u32, then sk->sk_write_space() may wake writers.
+            effect = self._attr("notsent_lowat", v & 0xFFFFFFFF, conn, listener)
+            if conn is not None:
+                conn.write_space(nospace_only=False)
+            return effect
         if optname == TCP_USER_TIMEOUT:
             if v < 0:
                 raise os_error(errno.EINVAL, "TCP_USER_TIMEOUT must be >= 0 (milliseconds)")
@@ -326,8 +382,13 @@ class SocketOptions:
             if listener is not None:
                 listener.fastopen_qlen = v
         elif optname == TCP_FASTOPEN_CONNECT:
+            # Linux do_tcp_setsockopt: 0 or 1, the client bit of tcp_fastopen on, a closed socket.
+            if v not in (0, 1):
+                raise os_error(errno.EINVAL, "TCP_FASTOPEN_CONNECT takes 0 or 1")
+            if not self.config.fastopen & TFO_CLIENT_ENABLE:
+                raise os_error(errno.EOPNOTSUPP, "TCP Fast Open (client) is off: net.ipv4.tcp_fastopen & 1")
             if conn is not None and conn.state is not State.CLOSED:
-                raise os_error(errno.EISCONN)
+                raise os_error(errno.EINVAL, "TCP_FASTOPEN_CONNECT after connect")
             self.tfo_connect = bool(v)
         elif optname == TCP_FASTOPEN_NO_COOKIE:
             self.tfo_no_cookie = bool(v)
@@ -336,6 +397,18 @@ class SocketOptions:
         else:
             raise os_error(errno.ENOPROTOOPT, f"IPPROTO_TCP option {optname} not supported")
         return Effect.NONE
+
+    @staticmethod
+    def _replace_preload(data: bytes, listener: Listener | None) -> None:
+        """TCP_PRELOAD (usertcp only): replace a listener's preload in one step, empty clears
+        it; MSG_PRELOAD writes append (docs/differences-from-linux-patches.md says why
+        both exist)."""
+        if listener is None or listener.closed:
+            raise os_error(errno.EINVAL, "TCP_PRELOAD needs a listening socket")
+        try:
+            listener.set_preload(data, listener.stack.now)
+        except OSError as exc:
+            raise os_error(exc.errno or errno.EINVAL, str(exc)) from None
 
     def set_md5_key(self, addr: str | bytes, key: bytes, prefixlen: int | None, *,
                     conn: Connection | None, listener: Listener | None) -> None:
@@ -349,7 +422,7 @@ class SocketOptions:
         if listener is not None:
             listener.md5_keys = self.md5_keys
         if conn is not None and conn.state is not State.CLOSED:
-            conn.md5_keys = self.md5_keys
+            conn.set_md5_keys(self.md5_keys)
 
     def _set_congestion(self, value: Any, conn: Connection | None) -> None:
         if isinstance(value, str):
@@ -365,7 +438,7 @@ class SocketOptions:
             if conn.snd_nxt > conn.snd_una + (0 if conn.is_synchronized else 1):
                 # The core's controllers are only valid when chosen before data flows.
                 raise os_error(errno.EBUSY, "TCP_CONGESTION can't change while data is in flight")
-            conn.cc = cc
+            conn.set_congestion_control(cc)
         self._cc_name = cc.name
 
     # ------------------------------------------------------------------------- get
@@ -400,6 +473,8 @@ class SocketOptions:
             return int(bool(self._opt("recverr", conn, False)))
         if not v6 and optname == IP_TOS:
             return int(self._opt("tos", conn, 0))
+        if not v6 and optname == IP_FREEBIND:
+            return int(self.freebind)
         raise os_error(errno.ENOPROTOOPT, f"IP option {optname} not supported")
 
     def _get_sol(self, optname: int, conn: Connection | None, listener: Listener | None) -> int:
@@ -428,6 +503,12 @@ class SocketOptions:
             return int(listener is not None and not listener.closed)
         if optname == SO_LINGER:
             return self.linger[0]
+        if optname == SO_ZEROCOPY:
+            return int(self.zerocopy)
+        if optname == SO_TIMESTAMPING:
+            return self.tsflags
+        if optname == SO_MARK:
+            return self.mark
         raise os_error(errno.ENOPROTOOPT, f"SOL_SOCKET option {optname} not supported")
 
     def _get_tcp(self, optname: int, conn: Connection | None, listener: Listener | None) -> int:
@@ -451,6 +532,9 @@ class SocketOptions:
             return int(self.tfo_connect)
         if optname == TCP_INQ:
             return int(self.recv_inq)
+        if optname == TCP_NOTSENT_LOWAT:
+            lowat = int(self._opt("notsent_lowat", conn, 0))
+            return lowat - (1 << 32) if lowat >= 1 << 31 else lowat   # an int, as Linux reports it
         if optname == TCP_FASTOPEN_NO_COOKIE:
             return int(self.tfo_no_cookie)
         raise os_error(errno.ENOPROTOOPT, f"IPPROTO_TCP option {optname} not supported")

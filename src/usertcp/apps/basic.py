@@ -8,8 +8,10 @@ only the stack's own per-packet work.
 
 * ``discard``: reads and hashes everything, closes at EOF.
 * ``echo``: sends back what it reads (by reference, no copy), closes at EOF once all is
-  echoed; reading pauses while more than ``ECHO_BACKLOG`` bytes wait to be echoed, so the
-  receive window closes on a slow reader.
+  echoed; reading pauses while more than ``ECHO_BACKLOG`` bytes of this connection, or
+  ``backlog_limit`` bytes of all of them, wait to be echoed (counted in ``stats``), so the
+  receive window closes on a slow reader and readers that never read cannot pile up memory
+  outside the stack's account.
 * ``source``: sends ``source_bytes`` of the deterministic :func:`pattern` stream on
   accept, then closes (FIN); what the client sends is read and hashed.
 
@@ -30,6 +32,8 @@ from usertcp.tcp.stack import Listener, Stack
 
 APPS = ("echo", "discard", "source")
 ECHO_BACKLOG = 1 << 20
+ECHO_BACKLOG_TOTAL = 32 << 20     # all connections of one server together...
+ECHO_BACKLOG_MIN = 64 << 10       # ...beyond which each connection still gets this much
 _SEND_CHUNK = 1 << 16
 
 
@@ -115,7 +119,8 @@ class BasicServer:
     """
 
     def __init__(self, app: str, listener: Listener, now: Callable[[], float], *, source_bytes: int = 0,
-                 on_report: Callable[[ConnReport], None] | None = None) -> None:
+                 on_report: Callable[[ConnReport], None] | None = None,
+                 backlog_limit: int = ECHO_BACKLOG_TOTAL) -> None:
         if app not in APPS:
             raise ValueError(f"unknown app {app!r}; one of {', '.join(APPS)}")
         self.app = app
@@ -125,7 +130,10 @@ class BasicServer:
         self.on_report = on_report
         self.sessions: dict[Connection, _Session] = {}
         self.reports: list[ConnReport] = []
-        self.stats = {"accepted": 0, "closed": 0, "rx_bytes": 0, "tx_bytes": 0}
+        self.stats = {"accepted": 0, "closed": 0, "rx_bytes": 0, "tx_bytes": 0,
+                      "echo_backlog": 0, "echo_backlog_full": 0}
+        self.backlog_limit = backlog_limit
+        self._paused: set[Connection] = set()   # reading stopped by the server-wide backlog
         listener.on_accept_ready = self._accept_ready
         self._accept_ready(listener)
 
@@ -150,8 +158,19 @@ class BasicServer:
         if s is None or s.done:
             return
         now = self.now()
-        if len(conn.rcv_buf) and (self.app != "echo" or s.echo_bytes < ECHO_BACKLOG):
-            data = conn.recv(len(conn.rcv_buf) if self.app != "echo" else ECHO_BACKLOG - s.echo_bytes, now)
+        room = len(conn.rcv_buf)
+        if self.app == "echo" and room:
+            # Every connection may hold ECHO_BACKLOG_MIN whatever the others hold, as TCP
+            # guarantees each socket tcp_rmem[0]: hoarders cannot starve the rest.
+            room = min(room, ECHO_BACKLOG - s.echo_bytes,
+                       max(self.backlog_limit - self.stats["echo_backlog"],
+                           ECHO_BACKLOG_MIN - s.echo_bytes))
+            if room <= 0:
+                self.stats["echo_backlog_full"] += 1
+                if s.echo_bytes < ECHO_BACKLOG:
+                    self._paused.add(conn)        # woken when another echo drains
+        if room > 0:
+            data = conn.recv(room, now)
             if data:
                 s.rx_hash.update(data)
                 s.rx_bytes += len(data)
@@ -159,6 +178,7 @@ class BasicServer:
                 if self.app == "echo":
                     s.echo_q.append(memoryview(data))
                     s.echo_bytes += len(data)
+                    self.stats["echo_backlog"] += len(data)
                     self._fill(s)
         self._check_end(s, now)
 
@@ -197,6 +217,7 @@ class BasicServer:
                 views.append(v)
                 space -= len(v)
                 s.echo_bytes -= len(v)
+                self.stats["echo_backlog"] -= len(v)
         if not views:
             return
         for v in views:
@@ -204,6 +225,13 @@ class BasicServer:
             s.tx_bytes += len(v)
             self.stats["tx_bytes"] += len(v)
         conn.send_views(views, self.now())
+        if self._paused:
+            self._wake_paused()         # after this echo is queued, never inside it
+
+    def _wake_paused(self) -> None:
+        """Server-wide backlog room came back: resume the readers it stopped."""
+        while self._paused and self.stats["echo_backlog"] < self.backlog_limit:
+            self._readable(self._paused.pop())
 
     def _check_end(self, s: _Session, now: float) -> None:
         conn = s.conn
@@ -227,6 +255,11 @@ class BasicServer:
         s.done = True
         conn = s.conn
         self.sessions.pop(conn, None)
+        self.stats["echo_backlog"] -= s.echo_bytes      # what it never echoed is freed
+        s.echo_bytes = 0
+        s.echo_q.clear()
+        self._paused.discard(conn)
+        self._wake_paused()
         r = s.report
         r.rx_bytes, r.rx_sha256 = s.rx_bytes, s.rx_hash.hexdigest()
         r.tx_bytes, r.tx_sha256 = s.tx_bytes, s.tx_hash.hexdigest()

@@ -12,7 +12,8 @@ per connection) run inside the driver loop (usertcp.apps.basic); ``smtp``
 (usertcp.apps.cache, memcached text protocol) run on their own thread over the same
 driver. ``--preload TEXT`` (``\\r\\n`` escapes allowed) sets the listener's preload for
 any app (for ``smtp`` it replaces the greeting and is made a greeting line:
-:func:`usertcp.apps.smtp.greeting_line`).
+:func:`usertcp.apps.smtp.greeting_line`; an empty TEXT makes ``smtp`` send its greeting
+after accept instead, the baseline of ``usertcp bench preload``).
 
 SIGINT/SIGTERM close every connection as Linux does when a process exits: listeners
 first (connections not yet accepted are reset), then each connection is closed, which
@@ -135,7 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="listener preload (MSG_PRELOAD): bytes the stack sends on every connection "
                              "before the app reads (\\r\\n escapes allowed, sent as given); with --app smtp "
                              "it is the greeting line: CRLF added when missing, '220 ' when it has no "
-                             "reply code")
+                             "reply code; with --app smtp an empty TEXT means no preload: the greeting "
+                             "is sent after accept")
     parser.add_argument("--fastopen", action="store_true", help="TCP Fast Open server (cookies)")
     parser.add_argument("--fastopen-no-cookie", action="store_true",
                         help="with --fastopen: accept SYN data without a cookie (TCP_FASTOPEN_NO_COOKIE)")
@@ -180,7 +182,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
     preload = None
     if args.preload is not None:
         preload = codecs.decode(args.preload, "unicode_escape").encode("latin-1")
-        if args.app == "smtp":
+        if args.app == "smtp" and preload:
             preload = greeting_line(preload)
     return ServeOptions(
         tun=args.tun, addresses=addresses, peer_addresses=peers, app=args.app,
@@ -269,7 +271,8 @@ class QueueServer:
             except ImportError as e:
                 raise AppUnavailable(f"app smtp not available yet ({e})") from None
             host = Host(self.stack, drv, name=self.stack.name)
-            srv = SmtpServer(host, ("0.0.0.0", opts.port), preload=True)
+            # ``--preload ''``: no preload, the classic accept-then-send greeting (a baseline).
+            srv = SmtpServer(host, ("0.0.0.0", opts.port), preload=opts.preload != b"")
             slst = srv.sock.listener
             assert slst is not None
             with drv.lock:
@@ -302,7 +305,7 @@ class QueueServer:
         if opts.fastopen:
             lst.fastopen_qlen = 128
             lst.fastopen_no_cookie = opts.fastopen_no_cookie
-        if opts.preload is not None:
+        if opts.preload:
             lst.set_preload(opts.preload, self.driver.now())
 
     def start_app_threads(self) -> None:

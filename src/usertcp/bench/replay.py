@@ -51,28 +51,37 @@ def fixed_config(**changes: object) -> StackConfig:
     return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
 
 
-def record(*, size: int = 2_000_000, upload: int = 0, loss: float = 0.0, seed: int = 1,
-           md5_key: bytes | None = None, config: StackConfig | None = None,
-           read_every: float = 0.0) -> Trace:
-    """Run a client->server transfer (and ``upload`` bytes server->client) and record the server side.
-
-    The server is the stack under test: every packet delivered to it and every
-    application call made on it is recorded with its virtual time.
-    """
-    cfg = config or fixed_config()
+def _two_stacks(cfg: StackConfig, loss: float, seed: int, active: bool
+                ) -> tuple[Stack, Stack, VirtualTimeDriver, list[Event]]:
+    """Client and server stacks on one link; the packets delivered to the stack under test
+    (the server, or the client when ``active``) are recorded."""
     net = Network(seed=seed)
-    client_stack = Stack([CLIENT], fixed_config(header_prediction=cfg.header_prediction), name="client")
-    server_stack = Stack([SERVER], cfg, name="server")
+    other = fixed_config(header_prediction=cfg.header_prediction, sack=cfg.sack)
+    client_stack = Stack([CLIENT], cfg if active else other, name="client")
+    server_stack = Stack([SERVER], other if active else cfg, name="server")
     hc = net.add_host(client_stack, [CLIENT])
     hs = net.add_host(server_stack, [SERVER])
     link = net.connect(hc, hs, LinkConfig(delay=0.002, bandwidth_bps=500e6, loss=loss))
-    drv = VirtualTimeDriver(net)
     events: list[Event] = []
 
     def tap(data: bytes, now: float, _d: object) -> None:
         events.append(Event(now, "pkt", bytes(data)))
 
-    net.add_tap(tap, link=link.direction(hc), where="deliver")
+    net.add_tap(tap, link=link.direction(hs if active else hc), where="deliver")
+    return client_stack, server_stack, VirtualTimeDriver(net), events
+
+
+def record(*, size: int = 2_000_000, upload: int = 0, loss: float = 0.0, seed: int = 1,
+           md5_key: bytes | None = None, config: StackConfig | None = None,
+           read_every: float = 0.0, active: bool = False) -> Trace:
+    """Run a client->server transfer (and ``upload`` bytes server->client) and record one side.
+
+    The server is the stack under test (the client with ``active``: the active-open
+    side): every packet delivered to it and every application call made on it is
+    recorded with its virtual time.
+    """
+    cfg = config or fixed_config()
+    client_stack, server_stack, drv, events = _two_stacks(cfg, loss, seed, active)
     lst = server_stack.listen(PORT)
     if md5_key is not None:
         lst.md5_keys = Md5Keys()
@@ -99,15 +108,22 @@ def record(*, size: int = 2_000_000, upload: int = 0, loss: float = 0.0, seed: i
     while got < size or state["up_sent"] < len(up):
         while state["sent"] < size and client.send_space:
             sent = state["sent"]
-            state["sent"] = sent + client.send(payload[sent:sent + 65536], drv.now())
+            chunk = payload[sent:sent + 65536][: client.send_space]
+            if active:
+                events.append(Event(drv.now(), "send", chunk))
+            state["sent"] = sent + client.send(chunk, drv.now())
         if state["up_sent"] < len(up) and server.send_space:
             up_sent = state["up_sent"]
             chunk = up[up_sent:up_sent + 65536][: server.send_space]
-            events.append(Event(drv.now(), "send", chunk))
+            if not active:
+                events.append(Event(drv.now(), "send", chunk))
             state["up_sent"] = up_sent + server.send(chunk, drv.now())
         if server.readable_bytes:
-            events.append(Event(drv.now(), "read"))
+            if not active:
+                events.append(Event(drv.now(), "read"))
             got += len(server.recv(1 << 22, drv.now()))
+        if client.readable_bytes and active:
+            events.append(Event(drv.now(), "read"))
         client.recv(1 << 22, drv.now())
         drv.kick()
         if not drv.run_until(waiting, 30):
@@ -115,7 +131,59 @@ def record(*, size: int = 2_000_000, upload: int = 0, loss: float = 0.0, seed: i
         if read_every:
             drv.run_for(read_every)
     drv.run_for(1.0)
-    return Trace(events, cfg, md5_key, True, {"virtual_s": drv.now(), "bytes": float(size)})
+    return Trace(events, cfg, md5_key, not active, {"virtual_s": drv.now(), "bytes": float(size)})
+
+
+def record_rr(*, transactions: int = 500, request: int = 64, response: int = 64, seed: int = 1,
+              md5_key: bytes | None = None, config: StackConfig | None = None, active: bool = False,
+              loss: float = 0.0) -> Trace:
+    """Request/response (netperf TCP_RR): the client sends ``request`` bytes, the server
+    answers ``response`` bytes, ``transactions`` times, one at a time. Each request's
+    segment acknowledges the previous response and vice versa: in-order data whose ACK
+    advances. Records the server side (the client with ``active``)."""
+    cfg = config or fixed_config()
+    client_stack, server_stack, drv, events = _two_stacks(cfg, loss, seed, active)
+    lst = server_stack.listen(PORT)
+    client = client_stack.create_connection(SERVER, PORT)
+    if md5_key is not None:
+        lst.md5_keys = Md5Keys()
+        lst.md5_keys.add(CLIENT, md5_key)
+        client.md5_keys = Md5Keys()
+        client.md5_keys.add(SERVER, md5_key)
+    client_stack.connect(client, 0.0)
+    drv.kick()
+    drv.run_until(lambda: bool(lst.accept_queue), 10)
+    server = lst.accept()
+    assert server is not None, "handshake failed while recording"
+    rng = random.Random(seed)
+    for _ in range(transactions):
+        req = rng.randbytes(request)
+        if active:
+            events.append(Event(drv.now(), "send", req))
+        client.send(req, drv.now())
+        drv.kick()
+        got = b""
+        while len(got) < request:
+            if not drv.run_until(lambda: server.readable_bytes > 0, 30):
+                raise RuntimeError("request/response stalled while recording")
+            if not active:
+                events.append(Event(drv.now(), "read"))
+            got += server.recv(1 << 16, drv.now())
+        resp = rng.randbytes(response)
+        if not active:
+            events.append(Event(drv.now(), "send", resp))
+        server.send(resp, drv.now())
+        drv.kick()
+        got = b""
+        while len(got) < response:
+            if not drv.run_until(lambda: client.readable_bytes > 0, 30):
+                raise RuntimeError("request/response stalled while recording")
+            if active:
+                events.append(Event(drv.now(), "read"))
+            got += client.recv(1 << 16, drv.now())
+    drv.run_for(1.0)
+    return Trace(events, cfg, md5_key, not active,
+                 {"virtual_s": drv.now(), "transactions": float(transactions)})
 
 
 @dataclass
@@ -132,14 +200,28 @@ def replay(trace: Trace, *, header_prediction: bool, md5_fast_path: bool = True,
            events: list[Event] | None = None, keep_output: bool = True) -> Replay:
     """Feed the trace's events into a fresh server stack, running its timers in between."""
     cfg = dataclasses.replace(trace.config, header_prediction=header_prediction, md5_fast_path=md5_fast_path)
-    stack = Stack([SERVER], cfg, name="replay")
-    lst = stack.listen(PORT)
-    if trace.md5_key is not None:
-        lst.md5_keys = Md5Keys()
-        lst.md5_keys.add(CLIENT, trace.md5_key)
     outputs: list[tuple[float, bytes]] = []
     delivered = bytearray()
     conn: Connection | None = None
+    if trace.listen:
+        stack = Stack([SERVER], cfg, name="replay")
+        lst = stack.listen(PORT)
+        if trace.md5_key is not None:
+            lst.md5_keys = Md5Keys()
+            lst.md5_keys.add(CLIENT, trace.md5_key)
+    else:
+        # The active side: the same 4-tuple, ISN and TS offset as recorded (fixed secrets).
+        stack = Stack([CLIENT], cfg, name="replay")
+        lst = stack.listen(PORT + 1)     # never used: keeps the loop below uniform
+        conn = stack.create_connection(SERVER, PORT)
+        if trace.md5_key is not None:
+            keys = Md5Keys()
+            keys.add(SERVER, trace.md5_key)
+            conn.inherit({}, keys)       # the public way in: the key list and its key for the peer
+        stack.connect(conn, 0.0)
+        for p in stack.datagrams_to_send():
+            if keep_output:
+                outputs.append((0.0, p.tobytes()))
     receive_seconds = 0.0
     packets = 0
     for ev in events if events is not None else trace.events:

@@ -51,7 +51,7 @@ VETH_A, VETH_B = "10.77.1.1", "10.77.1.2"
 MB = 1_000_000
 
 
-class _Serve:
+class ServeProcess:
     """``usertcp serve`` in namespace ``ns`` until :meth:`stop` (SIGTERM)."""
 
     def __init__(self, ns: str, *args: str, timeout: float = 30.0, pure: bool = False) -> None:
@@ -197,7 +197,7 @@ def _usertcp_latency(tmp: Path, connects: int, round_trips: int, *, pure: bool =
     prof = tmp / "profile.json"
     args = ["--app", "echo", "--offload"] + (["--profile", str(prof)] if profile else [])
     with netns.namespace("utcpb") as ns:
-        srv = _Serve(ns, *args, pure=pure)
+        srv = ServeProcess(ns, *args, pure=pure)
         try:
             out = netns.call_in_namespace(ns, _latency, US, 7, connects, round_trips)
         finally:
@@ -252,7 +252,7 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
         args += ["--profile", str(prof)]
     with netns.namespace("utcpb") as ns:
         if direction == "rx":
-            srv = _Serve(ns, "--app", "discard", *args, pure=pure)
+            srv = ServeProcess(ns, "--app", "discard", *args, pure=pure)
             try:
                 if flows == 1:
                     dt = netns.call_in_namespace(ns, _send, US, 9, size)
@@ -263,7 +263,7 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
             reps = [json.loads(line) for line in report.read_text().splitlines()]
             ok = len(reps) == flows and all(r["rx_sha256"] == pattern_sha256(size) for r in reps)
         else:
-            srv = _Serve(ns, "--app", "source", "--bytes", str(size), *args, pure=pure)
+            srv = ServeProcess(ns, "--app", "source", "--bytes", str(size), *args, pure=pure)
             try:
                 n, digest, dt = netns.call_in_namespace(ns, _recv, US, 19)
             finally:

@@ -403,9 +403,6 @@ SYMBOLS: dict[str, int] = {
 # Constants whose value we know but whose behaviour a userspace stack does not emulate; a runner
 # should skip (not fail) a script that depends on them.
 UNSUPPORTED_SYMBOLS: dict[str, str] = {
-    "SO_TIMESTAMPING": "kernel packet timestamping",
-    "SO_ZEROCOPY": "kernel zerocopy transmit",
-    "MSG_ZEROCOPY": "kernel zerocopy transmit",
     "TCP_ZEROCOPY_RECEIVE": "kernel zerocopy receive (mmap)",
     "SO_MEMINFO": "kernel socket memory accounting",
     "TCP_CC_INFO": "kernel congestion-control internals",
@@ -415,22 +412,6 @@ UNSUPPORTED_SYMBOLS: dict[str, str] = {
     "TCP_REPAIR_WINDOW": "checkpoint/restore of kernel sockets",
     "TCP_ULP": "kernel upper-layer protocols (kTLS)",
     "SO_BINDTODEVICE": "no network devices in a sans-IO stack",
-    # The error queue (recvmsg MSG_ERRQUEUE) and what arrives on it are not modelled yet: zerocopy
-    # completions and transmit timestamps (linux/errqueue.h, linux/net_tstamp.h).
-    "CMSG_LEVEL_IP": "error-queue control messages (zerocopy/timestamping notifications)",
-    "CMSG_TYPE_RECVERR": "error-queue control messages (zerocopy/timestamping notifications)",
-    "SO_EE_ORIGIN_ZEROCOPY": "kernel zerocopy transmit",
-    "SO_EE_CODE_ZEROCOPY_COPIED": "kernel zerocopy transmit",
-    "SO_EE_ORIGIN_TIMESTAMPING": "kernel packet timestamping",
-    "SCM_TIMESTAMPING": "kernel packet timestamping",
-    "SCM_TSTAMP_SND": "kernel packet timestamping",
-    "SCM_TSTAMP_SCHED": "kernel packet timestamping",
-    "SCM_TSTAMP_ACK": "kernel packet timestamping",
-    "SOF_TIMESTAMPING_OPT_ID": "kernel packet timestamping",
-    "SOF_TIMESTAMPING_SOFTWARE": "kernel packet timestamping",
-    "SOF_TIMESTAMPING_TX_ACK": "kernel packet timestamping",
-    "SOF_TIMESTAMPING_TX_SCHED": "kernel packet timestamping",
-    "SOF_TIMESTAMPING_TX_SOFTWARE": "kernel packet timestamping",
     "TCP_CM_INQ": "the TCP_INQ control message",
 }
 

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from usertcp.drill.defaults import ADDRESS_DEFAULTS, SYSCTL_DEFAULTS, SysctlValue, sysctl_name
+from usertcp.drill.offload import ETHTOOL_OFFLOADS_OFF, link_gso_max_size
+from usertcp.tcp import fastopen
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import State
 from usertcp.tcp.stack import Stack
@@ -50,7 +52,6 @@ PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
         "tcp_ecn_option",
         "tcp_pacing_ss_ratio",
         "tcp_pacing_ca_ratio",
-        "tcp_notsent_lowat",
     }
 }
 
@@ -86,10 +87,8 @@ def linux_config(ip_version: str = "ipv4") -> StackConfig:
 
 # Commands with no effect on a fresh in-process stack.
 _HARMLESS = (
-    re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$"),  # a fresh stack remembers no cookies
     re.compile(r"^(/tmp/)?sysctl_restore_\S*\.sh$"),  # our stack dies with the script
     re.compile(r"^true$|^:$"),
-    re.compile(r"^ethtool\s+-K\s+\S+(\s+(tso|gso|gro)\s+off)+$"),  # no offloads: the stack segments itself
 )
 # The root qdisc of a device: a pfifo (no pacing anyway) and its removal, which restores the
 # default. ``limit 0`` holds no packet: every transmission on the device fails (Linux: the qdisc
@@ -99,6 +98,7 @@ _HARMLESS = (
 _QDISC_SET = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+pfifo(?:\s+limit\s+(\d+))?$")
 _QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
 TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
+_METRICS_FLUSH = re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$")   # the Fast Open cookie cache
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
 _REDIRECT = re.compile(r"\s*(\d?>>?\s*/dev/null|2>&1|>\s*&\d)\s*")
@@ -112,6 +112,9 @@ class Environment:
     stack_getter: Callable[[], Stack | None]
     _nstat_base: dict[str, int] = field(default_factory=dict)
     tx_blocked: bool = False        # TEST_DEVICE's qdisc holds no packet (pfifo limit 0)
+    offload: bool = True            # TEST_DEVICE offers TSO (packetdrill's tun), until ethtool -K off
+    # The script's scratch file system: what its ``dd``/``rm`` commands made, for open().
+    files: dict[str, bytes] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ entry
 
@@ -151,6 +154,19 @@ class Environment:
         joined = " ".join(words)
         if any(p.match(joined) for p in _HARMLESS):
             return
+        if ETHTOOL_OFFLOADS_OFF.match(joined):
+            self.offload = False        # skbs of one MSS, compared packet by packet
+            stack = self.stack_getter()
+            if stack is not None:
+                self.attach(stack)
+            return
+        if _METRICS_FLUSH.match(joined):
+            stack = self.stack_getter()
+            if stack is not None:
+                fastopen.flush_metrics(stack)
+            return
+        if self._file_command(words):
+            return
         qdisc = _QDISC_SET.match(joined)
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=qdisc.group(2) is not None and int(qdisc.group(2)) == 0)
@@ -160,6 +176,26 @@ class Environment:
             self._set_qdisc(qdisc.group(1), blocked=False)
             return
         raise Unsupported(f"command not modelled: {statement!r}")
+
+    # ------------------------------------------------------------------ files
+
+    def _file_command(self, words: list[str]) -> bool:
+        """``rm -f PATH...`` and ``dd if=/dev/zero of=PATH bs=N count=M``: the scratch files."""
+        name = words[0].rsplit("/", 1)[-1]
+        if name == "rm" and len(words) > 1 and all(w.startswith("-") for w in words[1:2]):
+            for path in words[1:]:
+                if not path.startswith("-"):
+                    self.files.pop(path, None)
+            return True
+        if name == "dd":
+            ops = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            if set(ops) - {"if", "of", "bs", "count", "status"} or ops.get("if") != "/dev/zero" \
+                    or "of" not in ops:
+                return False
+            size = int(ops.get("bs", "512")) * int(ops.get("count", "0"))
+            self.files[ops["of"]] = bytes(size)
+            return True
+        return False
 
     # ------------------------------------------------------------------ link
 
@@ -175,6 +211,7 @@ class Environment:
         """Give ``stack`` the device state the commands set so far; the runner calls this when
         it creates its (lazy) stack, so a qdisc installed before the first socket applies."""
         stack.tx_refuse = _refuse_all if self.tx_blocked else None
+        stack.gso_max_size = link_gso_max_size(self.offload)
 
     # ------------------------------------------------------------------ sysctls
 

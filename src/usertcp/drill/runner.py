@@ -73,6 +73,7 @@ from usertcp.drill.defaults import (
     UNSUPPORTED_SYMBOLS,
 )
 from usertcp.drill.lexer import ScriptSyntaxError
+from usertcp.drill.offload import outbound_problem
 from usertcp.drill.parser import parse_file
 from usertcp.drill.profile import CommandError, Environment, Unsupported, linux_config
 from usertcp.drill.syscalls import (
@@ -288,8 +289,9 @@ class _Runner:
             return
         for pkt in self._stack.datagrams_to_send():
             data = pkt.tobytes()
-            if pkt.gso_size:
-                raise _Fail(None, "the stack emitted a GSO packet (not expected without TSO)")
+            problem = outbound_problem(pkt, self.env.offload)   # per skb with TSO, else per packet
+            if problem:
+                raise _Fail(None, problem)
             self.outq.append((self.now_s, data))
             if self.opts.verbose:
                 self.log.append(f"{self.now_s:.6f} sent {len(data)} bytes")
@@ -426,13 +428,13 @@ class _Runner:
         if conn is None:
             raise _Fail(ev.line, "%{ }% block: no socket to read tcp_info from")
         ns: dict[str, Any] = dict(CODE_CONSTANTS)
-        ns.update(conn.info())
+        ns.update(conn.info(self.now_s))
         code = textwrap.dedent(ev.code)
         where = f"{self.script.path}:{ev.line}"
         try:
             # Verbatim first, as packetdrill hands it to Python: a backslash joins lines
             # ("assert a; \<newline>    assert b"); else each continued line on its own.
-            compiled = compile(code, where, "exec")
+            compiled = compile(code + "\n", where, "exec")   # packetdrill's file goes on after it
         except SyntaxError:
             code = code.replace("\\\n", "\n")
             compiled = None
@@ -719,6 +721,10 @@ class _Runner:
                 seg = parse_packet(data, verify_checksum=True)
             except DropPacket as exc:
                 raise _Fail(ev.line, f"bad outbound packet from the stack: {exc.reason}") from exc
+            cur = self.current
+            if cur is not None and (seg.sport, seg.dport, seg.dst) != (cur.local_port, cur.remote_port,
+                                                                      cur.remote_ip):
+                continue  # packetdrill sniffs the socket under test only (find_socket_for_live_packet)
             if segs:
                 prev = segs[-1][1]
                 if (prev.sport, prev.dport, prev.dst) != (seg.sport, seg.dport, seg.dst):

@@ -7,35 +7,22 @@ slices of it. The receive buffer keeps the memoryviews the segments arrived in.
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from collections import deque
 
+from usertcp.tcp.memory import MemAccount
 from usertcp.wire.segment import Buffer
 
-
-class MemAccount:
-    """Bytes held in every connection's send and receive buffers of one stack (Linux tcp_mem)."""
-
-    __slots__ = ("limit", "peak", "used")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit          # 0: unlimited
-        self.used = 0
-        self.peak = 0
-
-    def room(self) -> int:
-        return max(self.limit - self.used, 0) if self.limit else 1 << 62
-
-    def add(self, n: int) -> None:
-        self.used += n
-        if self.used > self.peak:
-            self.peak = self.used
+__all__ = ["RX_CHUNK_OVERHEAD", "SKB_TRUESIZE_OVERHEAD", "MemAccount", "RecvBuffer", "SendBuffer", "truesize"]
 
 
 # Linux skb->truesize of an empty skb from tcp_stream_alloc_skb(): SKB_TRUESIZE() of a
 # kmalloc-1024 head for MAX_TCP_HEADER (320) = 704 + sk_buff (256) + skb_shared_info (320).
 # Copied payload adds its own length (page fragments), so sk_wmem_queued = bytes + this per skb.
 SKB_TRUESIZE_OVERHEAD = 1280
+# Control-block flags of one skb (Linux TCP_SKB_CB(skb)->tcp_flags & TCPHDR_PSH, ->eor).
+SKB_PSH = 1          # tcp_mark_push(): the segment that ends this skb carries PSH
+SKB_EOR = 2          # MSG_EOR: no later byte joins this skb (tcp_skb_can_collapse_to)
 
 
 class SendBuffer:
@@ -48,9 +35,12 @@ class SendBuffer:
     skb's overhead (``wmem_queued``, Linux sk_wmem_queued): skbs are opened by writes
     (tcp_sendmsg_locked, up to the size goal) and split where a transmission stops inside
     one (tso_fragment / tcp_fragment); an ACK frees the skbs it covers entirely.
+    Each skb also keeps its PSH and EOR marks; a split hands them to the tail piece, as
+    tcp_fragment() does ("PSH and FIN should only be set in the second packet",
+    tcp_skb_fragment_eor()).
     """
 
-    __slots__ = ("_bufs", "_head", "_offs", "_sent", "_skb", "_skb_head", "acct", "end", "start")
+    __slots__ = ("_bufs", "_head", "_offs", "_sent", "_skb", "_skb_head", "_skf", "acct", "end", "start")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self.acct = acct
@@ -58,6 +48,7 @@ class SendBuffer:
         self._bufs: list[memoryview] = []
         self._head = 0
         self._skb: list[int] = []      # start offset of each skb, ascending
+        self._skf: list[int] = []      # SKB_PSH | SKB_EOR of each skb (parallel to _skb)
         self._skb_head = 0             # first skb with unacknowledged bytes
         self._sent = 0                 # highest offset ever transmitted
         self.start = 0
@@ -84,7 +75,7 @@ class SendBuffer:
     def tail_room(self, size_goal: int) -> int:
         """Bytes a write may still add to the last skb: it must be unsent (still in the
         write queue, tcp_write_queue_tail) and shorter than the size goal."""
-        if len(self._skb) == self._skb_head or self._skb[-1] < self._sent:
+        if len(self._skb) == self._skb_head or self._skb[-1] < self._sent or self._skf[-1] & SKB_EOR:
             return 0
         return max(size_goal - (self.end - self._skb[-1]), 0)
 
@@ -99,7 +90,7 @@ class SendBuffer:
         skb = self._skb
         live = len(skb) - self._skb_head
         room = 0
-        if live and skb[-1] >= self._sent:
+        if live and skb[-1] >= self._sent and not self._skf[-1] & SKB_EOR:
             room = size_goal - (self.end - skb[-1])
             if room < 0:
                 room = 0
@@ -121,23 +112,121 @@ class SendBuffer:
         if i < self._skb_head:
             return
         if skb[i] != pos:
+            self._cut(i, pos)
             i += 1
-            skb.insert(i, pos)
         chunk = max(chunk, 1)
         while pos < upto:
             e = skb[i + 1] if i + 1 < len(skb) else self.end
             cut = min(e, upto, pos + chunk)
             if cut < e:
-                skb.insert(i + 1, cut)
+                self._cut(i, cut)
             i += 1
             pos = cut
+
+    def _cut(self, i: int, at: int) -> None:
+        """Split skb ``i`` at ``at``: the new tail piece takes its PSH/EOR marks."""
+        self._skb.insert(i + 1, at)
+        self._skf.insert(i + 1, self._skf[i])
+        self._skf[i] = 0
 
     def split(self, off: int) -> None:
         """Cut the sent skb holding ``off`` there (tcp_fragment on a partial retransmission)."""
         if self.start < off < min(self._sent, self.end):
             i = bisect_right(self._skb, off, self._skb_head) - 1
             if i >= self._skb_head and self._skb[i] != off:
-                insort(self._skb, off, self._skb_head)
+                self._cut(i, off)
+
+    def skb_end(self, off: int) -> int:
+        """End offset of the skb holding ``off`` (where a packet built from it must stop)."""
+        skb = self._skb
+        i = bisect_right(skb, off, self._skb_head)
+        return skb[i] if i < len(skb) else self.end
+
+    def collapse_end(self, off: int) -> int:
+        """How far a packet starting at ``off`` may reach: Linux tcp_grow_skb() pulls the
+        next skbs into the one being sent while tcp_skb_can_collapse() allows, that is up
+        to the end of an skb written with MSG_EOR (or the last queued byte)."""
+        skb, skf = self._skb, self._skf
+        i = bisect_right(skb, off, self._skb_head) - 1
+        if i < self._skb_head:
+            i = self._skb_head
+        n = len(skb)
+        while i < n:
+            if skf[i] & SKB_EOR:
+                return skb[i + 1] if i + 1 < n else self.end
+            i += 1
+        return self.end
+
+    def packet_flags(self, start: int, end: int) -> int:
+        """The marks a packet [start, end) takes once sent (send_packet): those of every skb
+        it covers whole; a partly covered skb keeps its own (tcp_fragment)."""
+        skb, skf = self._skb, self._skf
+        i = bisect_right(skb, start, self._skb_head) - 1
+        if i < self._skb_head:
+            i = self._skb_head
+        n = len(skb)
+        flags = 0
+        while i < n and skb[i] < end:
+            e = skb[i + 1] if i + 1 < n else self.end
+            if max(skb[i], self.start) >= start and e <= end:    # a trimmed head counts whole
+                flags |= skf[i]
+            i += 1
+        return flags
+
+    def send_packet(self, start: int, end: int) -> None:
+        """[start, end) left as one packet: it becomes one sent skb, the skbs it covers
+        merged into it (tcp_grow_skb) and the skb it ends in cut there (tso_fragment)."""
+        skb, skf = self._skb, self._skf
+        i = bisect_right(skb, start, self._skb_head) - 1
+        if i < self._skb_head:
+            return
+        if skb[i] != start:
+            self._cut(i, start)
+            i += 1
+        flags = skf[i]
+        j = i + 1
+        while j < len(skb) and skb[j] < end:
+            e = skb[j + 1] if j + 1 < len(skb) else self.end
+            if e <= end:
+                flags |= skf[j]
+                j += 1
+            else:
+                break
+        if j < len(skb) and skb[j] < end:
+            skb[j] = end                   # skb_shift(): the partly pulled skb now starts at end
+            del skb[i + 1:j]
+            del skf[i + 1:j]
+        else:
+            del skb[i + 1:j]
+            del skf[i + 1:j]
+            e = skb[i + 1] if i + 1 < len(skb) else self.end
+            if end < e:
+                skb.insert(i + 1, end)     # tso_fragment: the rest keeps the marks
+                skf.insert(i + 1, flags)
+                flags = 0
+        skf[i] = flags
+        if self._sent < end:
+            self._sent = end
+
+    def skb_flags(self, off: int) -> int:
+        """SKB_PSH / SKB_EOR of the skb holding ``off`` (0 past the queued bytes)."""
+        i = bisect_right(self._skb, off, self._skb_head) - 1
+        return self._skf[i] if i >= self._skb_head and off < self.end else 0
+
+    def mark_push(self) -> None:
+        """Linux tcp_mark_push(): PSH on the last skb (the end of a write, or forced_push)."""
+        if len(self._skb) > self._skb_head:
+            self._skf[-1] |= SKB_PSH
+
+    def clear_push(self) -> None:
+        """A new write appends to the unsent last skb: its PSH mark waits for the new end."""
+        if len(self._skb) > self._skb_head:
+            self._skf[-1] &= ~SKB_PSH
+
+    def mark_eor(self) -> None:
+        """MSG_EOR (tcp_sendmsg_locked: TCP_SKB_CB(skb)->eor = 1): close the last skb."""
+        if len(self._skb) > self._skb_head:
+            self._skf[-1] |= SKB_EOR
 
     # -------------------------------------------------------------------- bytes
 
@@ -148,8 +237,10 @@ class SendBuffer:
         n = len(data)
         if not n:
             return
-        if new_skb or len(self._skb) == self._skb_head or self._skb[-1] < self._sent:
+        if (new_skb or len(self._skb) == self._skb_head or self._skb[-1] < self._sent
+                or self._skf[-1] & SKB_EOR):
             self._skb.append(self.end)
+            self._skf.append(0)
         self._offs.append(self.end)
         self._bufs.append(data if isinstance(data, memoryview) else memoryview(data))
         self.end += n
@@ -198,48 +289,120 @@ class SendBuffer:
         sh = self._skb_head
         if upto >= self.end:
             skb.clear()
+            self._skf.clear()
             sh = 0
         else:
             while sh + 1 < len(skb) and skb[sh + 1] <= upto:
                 sh += 1
             if sh > 64 and sh * 2 > len(skb):
                 del skb[:sh]
+                del self._skf[:sh]
                 sh = 0
         self._skb_head = sh
         if self._sent < upto:
             self._sent = upto
 
 
-class RecvBuffer:
-    """In-order received bytes not yet read, as the memoryviews they arrived in."""
+# What one kept segment costs beyond the packet buffer it keeps alive: the memoryview
+# object and the bytes object's header (sys.getsizeof: 184 + 33, rounded up), the part of
+# Linux's skb->truesize that is not data.
+RX_CHUNK_OVERHEAD = 256
+# Linux tcp_collapse: once this many small segments (each costing over twice its payload)
+# sit in a row at the tail, their bytes are copied into one compact buffer.
+COLLAPSE_AFTER = 32
 
-    __slots__ = ("_chunks", "acct", "size")
+
+def truesize(data: memoryview) -> int:
+    """Memory a received chunk keeps alive (Linux skb->truesize): the whole packet buffer it
+    is a view of, plus the objects around it; not just its payload bytes."""
+    base = data.obj
+    n = len(base) if isinstance(base, (bytes, bytearray)) else data.nbytes
+    return n + RX_CHUNK_OVERHEAD
+
+
+class RecvBuffer:
+    """In-order received bytes not yet read, as the memoryviews they arrived in.
+
+    The stack's account is charged each chunk's truesize, not its length (Linux charges
+    sk_rmem_alloc with skb->truesize, tcp_try_rmem_schedule): a 1-byte segment keeps a whole
+    packet buffer alive. Runs of small segments are collapsed into one buffer (tcp_collapse,
+    counted as TcpExtTCPRcvCollapsed), which gives most of that memory back."""
+
+    __slots__ = ("_chunks", "_costs", "_small", "acct", "charged", "size")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self._chunks: deque[memoryview] = deque()
+        self._costs: deque[int] = deque()      # the truesize charged for each chunk
+        self._small = 0                        # small chunks in a row at the tail
         self.size = 0
+        self.charged = 0
         self.acct = acct
 
     def __len__(self) -> int:
         return self.size
 
     def append(self, data: memoryview) -> None:
-        if len(data):
-            self._chunks.append(data)
-            self.size += len(data)
-            if self.acct is not None:
-                self.acct.add(len(data))
+        n = len(data)
+        if not n:
+            return
+        cost = truesize(data)
+        self._chunks.append(data)
+        self._costs.append(cost)
+        self.size += n
+        self._charge(cost)
+        if cost > 2 * n:
+            self._small += 1
+            if self._small >= COLLAPSE_AFTER:
+                self._collapse_tail(self._small)
+        else:
+            self._small = 0
 
-    def _freed(self, n: int) -> None:
+    def _charge(self, cost: int) -> None:
+        self.charged += cost
         if self.acct is not None:
-            self.acct.used -= n
+            self.acct.add(cost)
+
+    def _collapse_tail(self, count: int) -> None:
+        """Copy the last ``count`` chunks into one buffer (Linux tcp_collapse)."""
+        chunks, costs = self._chunks, self._costs
+        parts = [chunks.pop() for _ in range(count)]
+        freed = sum(costs.pop() for _ in range(count))
+        parts.reverse()
+        merged = memoryview(b"".join(parts))
+        chunks.append(merged)
+        cost = truesize(merged)
+        costs.append(cost)
+        self._small = 0
+        self._uncharge(freed - cost)
+        if self.acct is not None and self.acct.mib is not None:
+            self.acct.mib["TcpExtTCPRcvCollapsed"] += count
+
+    def _uncharge(self, cost: int) -> None:
+        self.charged -= cost
+        if self.acct is not None:
+            self.acct.used -= cost
+
+    def _pop_head(self) -> memoryview:
+        """The head chunk was consumed entirely: its whole truesize is freed."""
+        self._uncharge(self._costs.popleft())
+        if len(self._chunks) == 1:
+            self._small = 0
+        return self._chunks.popleft()
+
+    def detach_account(self) -> None:
+        """Give everything charged back to the stack and stop charging (socket closed)."""
+        if self.acct is not None:
+            self.acct.used -= self.charged
+            self.acct = None
 
     def read(self, n: int) -> bytes:
         """Copy out and consume up to ``n`` bytes."""
         if n >= self.size:
             out = b"".join(self._chunks)
             self._chunks.clear()
-            self._freed(self.size)
+            self._costs.clear()
+            self._small = 0
+            self._uncharge(self.charged)
             self.size = 0
             return out
         parts: list[memoryview] = []
@@ -248,14 +411,13 @@ class RecvBuffer:
         while need:
             c = chunks[0]
             if len(c) <= need:
-                parts.append(chunks.popleft())
+                parts.append(self._pop_head())
                 need -= len(c)
             else:
                 parts.append(c[:need])
                 chunks[0] = c[need:]
                 need = 0
         self.size -= n
-        self._freed(n)
         return b"".join(parts)
 
     def read_into(self, target: memoryview) -> int:
@@ -268,11 +430,10 @@ class RecvBuffer:
             target[pos:pos + take] = c[:take]
             pos += take
             if take == len(c):
-                chunks.popleft()
+                self._pop_head()
             else:
                 chunks[0] = c[take:]
         self.size -= n
-        self._freed(n)
         return n
 
     def peek(self, offset: int, length: int) -> bytes:
@@ -304,13 +465,12 @@ class RecvBuffer:
         while left:
             c = chunks[0]
             if len(c) <= left:
-                chunks.popleft()
+                self._pop_head()
                 left -= len(c)
             else:
                 chunks[0] = c[left:]
                 left = 0
         self.size -= n
-        self._freed(n)
 
     def chunks(self) -> deque[memoryview]:
         return self._chunks

@@ -61,14 +61,20 @@ class StackConfig:
     fastopen: int = TFO_CLIENT_ENABLE     # tcp_fastopen bit mask
     fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
     fastopen_backup_key: bytes | None = None
+    fastopen_blackhole_timeout: float = 0.0  # tcp_fastopen_blackhole_timeout_sec (0: off, 5.14+)
+    # usertcp option, off as in the MSG_PRELOAD patches (tcp_rtx_synack: TCP_SYNACK_NORMAL):
+    # True resends a Fast Open child's preload in every retransmitted SYN-ACK.
+    preload_synack_rtx_data: bool = False
     syncookies: int = 1                   # tcp_syncookies
     max_syn_backlog: int = 4096           # tcp_max_syn_backlog
     somaxconn: int = 4096
-    challenge_ack_limit: int = 1000       # tcp_challenge_ack_limit per second (RFC 5961 §7)
+    challenge_ack_limit: int = (1 << 31) - 1   # tcp_challenge_ack_limit: off (INT_MAX) since Linux 6.0
     invalid_ratelimit: float = 0.5        # tcp_invalid_ratelimit (per-socket out-of-window ACKs)
     mtu: int = 1500
+    min_snd_mss: int = 48                 # tcp_min_snd_mss: floor on the peer's MSS (CVE-2019-11479)
     ttl: int = 64
     min_tso_segs: int = 2
+    notsent_lowat: int = 0xFFFFFFFF       # tcp_notsent_lowat: unsent bytes above it block writers
     slow_start_after_idle: bool = False   # packetdrill's defaults.sh turns it off
     abort_on_overflow: bool = False
     reassembly_max_segments: int = 1024
@@ -174,12 +180,16 @@ _SYSCTLS = {
     "tcp_ecn_fallback": _set_bool("ecn_fallback"),
     "tcp_fastopen": _set_int("fastopen"),
     "tcp_fastopen_key": _set_tfo_key,
+    "tcp_fastopen_blackhole_timeout_sec":
+        lambda c, v: setattr(c, "fastopen_blackhole_timeout", float(_int(v))),
     "tcp_syncookies": _set_int("syncookies"),
     "tcp_max_syn_backlog": _set_int("max_syn_backlog"),
     "tcp_reordering": _set_int("reordering"),
     "tcp_recovery": lambda c, v: setattr(c, "rack", bool(_int(v) & 1)),
     "tcp_early_retrans": lambda c, v: setattr(c, "tlp", _int(v) >= 3),
     "tcp_min_tso_segs": _set_int("min_tso_segs"),
+    "tcp_min_snd_mss": _set_int("min_snd_mss"),
+    "tcp_notsent_lowat": lambda c, v: setattr(c, "notsent_lowat", _int(v) & 0xFFFFFFFF),
     "tcp_slow_start_after_idle": _set_bool("slow_start_after_idle"),
     "tcp_abort_on_overflow": _set_bool("abort_on_overflow"),
     "tcp_challenge_ack_limit": _set_int("challenge_ack_limit"),

@@ -21,6 +21,7 @@ __all__ = [
     "CongestionControl",
     "Cubic",
     "Dctcp",
+    "LinuxCubic",
     "NewReno",
     "congestion_needs_ecn",
     "create_congestion_control",
@@ -38,7 +39,7 @@ class CongestionControl:
     # tcp_ecn says, and every packet of an ECN connection is ECT (tcp_ecn_send).
     needs_ecn: ClassVar[bool] = False
 
-    __slots__ = ("_ca_acked", "cwnd", "mss", "ssthresh")
+    __slots__ = ("_ca_acked", "cwnd", "cwnd_limited", "cwnd_usage_seq", "max_out", "mss", "ssthresh")
 
     def __init__(self, mss: int, initial_window: int | None = None) -> None:
         if mss <= 0:
@@ -48,6 +49,11 @@ class CongestionControl:
         self.cwnd: int = 10 * mss if initial_window is None else initial_window
         self.ssthresh: int = INFINITE_SSTHRESH
         self._ca_acked = 0  # bytes acked in congestion avoidance not yet turned into cwnd
+        # Linux tcp_cwnd_validate() state: was the last flight cwnd-limited, the most bytes
+        # outstanding in it (max_packets_out), and where that flight ends (cwnd_usage_seq).
+        self.cwnd_limited = False
+        self.max_out = 0
+        self.cwnd_usage_seq = 0
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -55,6 +61,42 @@ class CongestionControl:
     def in_slow_start(self) -> bool:
         # RFC 5681 §3.1: slow start while cwnd < ssthresh.
         return self.cwnd < self.ssthresh
+
+    def validate(self, snd_una: int, snd_nxt: int, out: int, limited: bool) -> None:
+        """Linux tcp_cwnd_validate(), after a transmission: remember whether this flight
+        was cwnd-limited, else the most bytes it had outstanding (``out``, packets_out)."""
+        if snd_una >= self.cwnd_usage_seq or limited or (not self.cwnd_limited and out > self.max_out):
+            self.cwnd_limited = limited
+            self.max_out = out
+            self.cwnd_usage_seq = snd_nxt
+
+    def is_cwnd_limited(self) -> bool:
+        """Linux tcp_is_cwnd_limited(): grow cwnd only when the sender used it, and in slow
+        start while cwnd is below twice the largest flight (RFC 7661's intent)."""
+        if self.cwnd_limited:
+            return True
+        if self.in_slow_start:
+            return self.cwnd < 2 * self.max_out
+        return False
+
+    def restart_after_idle(self, idle: float, rto: float, reducing: bool) -> None:
+        """Linux tcp_cwnd_restart() (RFC 2861/7661): after ``idle`` seconds without sending
+        data, halve cwnd once per RTO idle, down to the initial window at most."""
+        mss = self.mss
+        restart = min(10 * mss, self.cwnd)          # tcp_init_cwnd(): TCP_INIT_CWND
+        if not reducing:                             # tcp_current_ssthresh()
+            segs = self.cwnd // mss
+            self.ssthresh = max(self.ssthresh, ((segs >> 1) + (segs >> 2)) * mss)
+        cwnd = self.cwnd
+        idle -= rto
+        while idle > 0 and cwnd > restart:
+            cwnd = (cwnd // mss >> 1) * mss
+            idle -= rto
+        self.cwnd = max(cwnd, restart)
+        self._ca_acked = 0
+
+    def on_tx_start(self, idle: float, now: float) -> None:
+        """Sending restarts with nothing in flight after ``idle`` s (CA_EVENT_TX_START)."""
 
     def _loss_ssthresh(self, in_flight: int) -> int:
         # RFC 5681 §3.1 eq. (4): max(FlightSize / 2, 2*SMSS).
@@ -196,7 +238,7 @@ class Cubic(CongestionControl):
     cubic function itself is evaluated in segments as the RFC defines it.
     """
 
-    name: ClassVar[str] = "cubic"
+    name: ClassVar[str] = "cubic-rfc9438"
 
     C: ClassVar[float] = 0.4  # RFC 9438 §5.1
     BETA: ClassVar[float] = 0.7  # RFC 9438 §4.6
@@ -315,6 +357,173 @@ class Cubic(CongestionControl):
         return info
 
 
+# Linux tcp_cubic.c constants: beta 717/1024, bic_scale 41 (C = 0.4), BICTCP_HZ 10, HZ 1000.
+_BETA = 717
+_BETA_SCALE = 1024
+_CUBE_RTT_SCALE = 41 * 10
+_CUBE_FACTOR = (1 << 40) // _CUBE_RTT_SCALE
+_FRIENDLY_SCALE = 8 * (_BETA_SCALE + _BETA) // 3 // (_BETA_SCALE - _BETA)   # beta_scale = 15
+_HZ = 1000
+
+
+def _icbrt(a: int) -> int:
+    """Integer cube root (Linux cubic_root() approximates it within 0.2 %)."""
+    x = round(a ** (1 / 3)) if a else 0
+    while x ** 3 > a:
+        x -= 1
+    while (x + 1) ** 3 <= a:
+        x += 1
+    return x
+
+
+class LinuxCubic(CongestionControl):
+    """CUBIC as Linux's tcp_cubic.c computes it, in packets and jiffies (HZ=1000):
+    bictcp_update() sets ``cnt`` (ACKed packets per cwnd increment) from the cubic curve
+    and the TCP-friendly estimate, tcp_cong_avoid_ai() applies it; ssthresh is
+    cwnd * 717/1024 (cubictcp_recalc_ssthresh); an RTO resets the state
+    (cubictcp_state on TCP_CA_Loss), so growth restarts at 5 % per RTT."""
+
+    name: ClassVar[str] = "cubic"
+
+    __slots__ = ("ack_cnt", "acked_rem", "bic_k", "cnt", "cwnd_cnt", "delay_min", "epoch_start",
+                 "last_cwnd", "last_max_cwnd", "last_time", "origin", "tcp_cwnd")
+
+    def __init__(self, mss: int, initial_window: int | None = None) -> None:
+        super().__init__(mss, initial_window)
+        self.cwnd_cnt = 0          # tp->snd_cwnd_cnt
+        self.acked_rem = 0         # bytes acked short of a whole packet
+        self._reset()
+
+    def _reset(self) -> None:
+        """bictcp_reset()."""
+        self.cnt = 0
+        self.last_max_cwnd = 0
+        self.last_cwnd = 0
+        self.last_time = 0
+        self.origin = 0            # bic_origin_point
+        self.bic_k = 0             # in 1/1024 s
+        self.delay_min = 0         # µs
+        self.epoch_start = -1      # jiffies; -1: no epoch (Linux 0)
+        self.ack_cnt = 0
+        self.tcp_cwnd = 0
+
+    def on_ack(
+        self, acked: int, now: float, rtt: float | None, in_flight: int, *, app_limited: bool = False
+    ) -> None:
+        jiffies = int(now * _HZ)
+        if rtt is not None and not (self.epoch_start >= 0 and jiffies - self.epoch_start < _HZ):
+            # cubictcp_acked(): the smallest delay, except right after a reduction.
+            us = max(int(rtt * 1e6), 1)
+            if self.delay_min == 0 or self.delay_min > us:
+                self.delay_min = us
+        if acked <= 0 or app_limited:
+            return
+        mss = self.mss
+        acked += self.acked_rem
+        pkts, self.acked_rem = divmod(acked, mss)
+        if not pkts:
+            return
+        cwnd = self.cwnd // mss
+        if self.in_slow_start:
+            # tcp_slow_start(): up to ssthresh, the rest goes to avoidance.
+            ss = max(self.ssthresh // mss, 1)
+            grown = min(cwnd + pkts, ss)
+            pkts -= grown - cwnd
+            cwnd = grown
+            self.cwnd = cwnd * mss
+            if pkts <= 0:
+                return
+        self._update(cwnd, pkts, jiffies)
+        # tcp_cong_avoid_ai(tp, ca->cnt, acked)
+        w = self.cnt
+        if self.cwnd_cnt >= w:
+            self.cwnd_cnt = 0
+            cwnd += 1
+        self.cwnd_cnt += pkts
+        if self.cwnd_cnt >= w:
+            delta = self.cwnd_cnt // w
+            self.cwnd_cnt -= delta * w
+            cwnd += delta
+        self.cwnd = cwnd * mss
+
+    def _update(self, cwnd: int, acked: int, jiffies: int) -> None:
+        """bictcp_update(): how many ACKed packets per cwnd increment (``cnt``)."""
+        self.ack_cnt += acked
+        if self.last_cwnd == cwnd and jiffies - self.last_time <= _HZ // 32:
+            return
+        if not (self.epoch_start >= 0 and jiffies == self.last_time):
+            self.last_cwnd = cwnd
+            self.last_time = jiffies
+            if self.epoch_start < 0:
+                self.epoch_start = jiffies
+                self.ack_cnt = acked
+                self.tcp_cwnd = cwnd
+                if self.last_max_cwnd <= cwnd:
+                    self.bic_k = 0
+                    self.origin = cwnd
+                else:
+                    self.bic_k = _icbrt(_CUBE_FACTOR * (self.last_max_cwnd - cwnd))
+                    self.origin = self.last_max_cwnd
+            t = jiffies - self.epoch_start + -(-self.delay_min // (1_000_000 // _HZ))
+            t = (t << 10) // _HZ
+            offs = abs(t - self.bic_k)
+            delta = (_CUBE_RTT_SCALE * offs * offs * offs) >> 40
+            target = self.origin - delta if t < self.bic_k else self.origin + delta
+            self.cnt = cwnd // (target - cwnd) if target > cwnd else 100 * cwnd
+            if self.last_max_cwnd == 0 and self.cnt > 20:
+                self.cnt = 20      # unknown bandwidth: 5 % per RTT at first
+        # TCP friendliness: follow Reno's window when it is ahead.
+        delta = (cwnd * _FRIENDLY_SCALE) >> 3
+        while self.ack_cnt > delta:
+            self.ack_cnt -= delta
+            self.tcp_cwnd += 1
+        if self.tcp_cwnd > cwnd:
+            max_cnt = cwnd // (self.tcp_cwnd - cwnd)
+            if self.cnt > max_cnt:
+                self.cnt = max_cnt
+        self.cnt = max(self.cnt, 2)
+
+    def _recalc_ssthresh(self) -> None:
+        """cubictcp_recalc_ssthresh(): Wmax with fast convergence, ssthresh = cwnd * beta."""
+        cwnd = self.cwnd // self.mss
+        self.epoch_start = -1
+        if cwnd < self.last_max_cwnd:
+            self.last_max_cwnd = cwnd * (_BETA_SCALE + _BETA) // (2 * _BETA_SCALE)
+        else:
+            self.last_max_cwnd = cwnd
+        self.ssthresh = max(cwnd * _BETA // _BETA_SCALE, 2) * self.mss
+
+    def on_congestion_event(self, now: float, in_flight: int) -> None:
+        self._recalc_ssthresh()
+        self.cwnd = self.ssthresh
+        self.cwnd_cnt = 0
+
+    def on_rto(self, now: float, in_flight: int, *, first_timeout: bool = True) -> None:
+        # tcp_enter_loss(): ssthresh first, then TCP_CA_Loss resets CUBIC (cubictcp_state).
+        if first_timeout:
+            self._recalc_ssthresh()
+        self._reset()
+        self.cwnd = self.mss
+        self.cwnd_cnt = 0
+
+    def on_tx_start(self, idle: float, now: float) -> None:
+        """CA_EVENT_TX_START after ``idle`` seconds without data in flight: shift the epoch
+        so that growth keeps to the curve (cubictcp_cwnd_event)."""
+        if self.epoch_start >= 0 and idle > 0:
+            jiffies = int(now * _HZ)
+            self.epoch_start = min(self.epoch_start + int(idle * _HZ), jiffies)
+
+    def restart_after_idle(self, idle: float, rto: float, reducing: bool) -> None:
+        super().restart_after_idle(idle, rto, reducing)
+        self.cwnd_cnt = 0
+
+    def state_info(self) -> dict[str, int | str]:
+        info = super().state_info()
+        info["cubic_w_max"] = self.last_max_cwnd
+        info["cubic_k_ms"] = self.bic_k * 1000 // 1024
+        return info
+
+
 DCTCP_MAX_ALPHA = 1024       # Linux tcp_dctcp.c: alpha is a fraction scaled by 1024
 
 
@@ -410,8 +619,9 @@ class Dctcp(NewReno):
 
 
 AVAILABLE = ("reno", "cubic", "dctcp")
+# "cubic" is Linux's integer CUBIC; "cubic-rfc9438" the RFC's real-valued one.
 _ALIASES: dict[str, type[CongestionControl]] = {
-    "reno": NewReno, "newreno": NewReno, "cubic": Cubic, "dctcp": Dctcp}
+    "reno": NewReno, "newreno": NewReno, "cubic": LinuxCubic, "cubic-rfc9438": Cubic, "dctcp": Dctcp}
 
 
 def create_congestion_control(name: str, mss: int, initial_window: int | None = None, *,

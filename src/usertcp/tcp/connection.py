@@ -33,8 +33,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from usertcp.native import mypyc_attr
+from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
+from usertcp.tcp.errqueue import ErrorQueue
 from usertcp.tcp.handshake import Handshake
 from usertcp.tcp.info import tcp_info
 from usertcp.tcp.md5sig import Md5Keys
@@ -46,6 +48,7 @@ from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import CURR_ESTAB, RECEIVING, SENDING, SYNCHRONIZED, Effect, State, transition_effects
 from usertcp.tcp.timers import Timers
+from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE, notsent_below_lowat
 from usertcp.wire.segment import ACK, FIN, RST, SYN, URG, Buffer, Segment
 
 if TYPE_CHECKING:
@@ -122,6 +125,11 @@ class Connection:
         self.sndbuf_locked = False         # SOCK_SNDBUF_LOCK: SO_SNDBUF set, no autotuning
         self.sock_nospace = False          # SOCK_NOSPACE: a writer ran out of send buffer
         self.sk_wakeups = 0                # wake-ups of the socket's wait queue (sleeping writers)
+        self.write_pending = 0             # sk_write_pending: writers waiting for the handshake
+        # Other entries of the wait queue (epoll items): called with each wake-up's poll key.
+        self.wait_entries: list[Callable[[int], None]] = []
+        self.notsent_lowat = 0             # TCP_NOTSENT_LOWAT (0: the sysctl's value)
+        self.errqueue: ErrorQueue | None = None   # sk_error_queue, once zerocopy/timestamping is used
         self.total_retrans = 0
         self.syn_retries = 0
 
@@ -155,7 +163,6 @@ class Connection:
         self.peer_mss = 536
         self.user_mss = 0              # TCP_MAXSEG
         self.mss = 536                 # effective send MSS (payload bytes per segment)
-        self.syn_options_sent: dict[str, int] = {}
         self.md5_key: bytes | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys set on this socket
         self.pred_flags = 0                    # 0: header prediction off
@@ -258,26 +265,47 @@ class Connection:
     @property
     def send_space(self) -> int:
         """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
-        return min(self.snd_buf.room(self.tx.size_goal(), self.sndbuf_limit), self.stack.mem.room())
+        goal = self.tx.size_goal()
+        # tcp_stream_memory_free(): past TCP_NOTSENT_LOWAT only the tail skb may still grow.
+        room = self.snd_buf.room(goal, self.sndbuf_limit) if notsent_below_lowat(self, 0) \
+            else self.snd_buf.tail_room(goal)
+        return min(room, self.stack.mem.send_room(self.snd_buf.wmem_queued, self.config.wmem[0]))
 
     @property
     def memory_free(self) -> bool:
         """Linux sk_stream_memory_free(): a write may open a new skb."""
-        return self.snd_buf.wmem_queued < self.sndbuf_limit
+        return self.snd_buf.wmem_queued < self.sndbuf_limit and notsent_below_lowat(self, 0)
 
     @property
     def writable(self) -> bool:
-        """Linux __sk_stream_is_writeable(): POLLOUT, and when a sleeping writer is woken
-        (sk_stream_write_space): the free space is at least half of what is queued."""
+        """Linux __sk_stream_is_writeable(sk, 1): POLLOUT, and when a sleeping writer is woken
+        (sk_stream_write_space): free space >= half of what is queued, unsent < lowat / 2."""
         q = self.snd_buf.wmem_queued
-        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1
+        return q < self.sndbuf_limit and self.sndbuf_limit - q >= q >> 1 and notsent_below_lowat(self, 1)
 
-    def write_space(self) -> None:
-        """Linux sk_stream_write_space(): wake a writer short of send buffer (SOCK_NOSPACE)
-        once the socket is writable again."""
-        if self.sock_nospace and self.writable:
+    def writer_waits(self, waiting: bool) -> None:
+        """A writer starts (or stops) waiting for the handshake to end (Linux sk_write_pending):
+        while one waits, the SYN-ACK's ACK is left for its data to carry."""
+        self.write_pending += 1 if waiting else -1
+
+    def write_space(self, *, nospace_only: bool = True) -> None:
+        """Linux sk_stream_write_space(): wake writers once writable; after an ACK
+        (tcp_check_space) only if one ran short (SOCK_NOSPACE), from a socket option always."""
+        if (self.sock_nospace or not nospace_only) and self.writable:
             self.sock_nospace = False
-            self.sk_wakeups += 1
+            self.wake(KEY_WRITABLE)
+
+    def error_queue(self) -> ErrorQueue:
+        """The socket's error queue (zerocopy completions, transmit timestamps), made on first use."""
+        if self.errqueue is None:
+            self.errqueue = ErrorQueue(self)
+        return self.errqueue
+
+    def wake(self, key: int) -> None:
+        """Wake the socket's wait queue: sleeping callers re-check, epoll items see ``key``."""
+        self.sk_wakeups += 1
+        for entry in self.wait_entries:
+            entry(key)
 
     @property
     def is_synchronized(self) -> bool:
@@ -297,12 +325,13 @@ class Connection:
             self.mib["TcpCurrEstab"] += 1
         elif was and not now_in:
             self.mib["TcpCurrEstab"] -= 1
-        self.sk_wakeups += 1             # sk_state_change() wakes every sleeper
+        self.wake(KEY_ANY)               # sk_state_change() wakes every sleeper
         if effects & Effect.OPENED:
             self.mib["TcpActiveOpens" if not self.passive else "TcpPassiveOpens"] += 1
             if not self.sndbuf_locked:
                 self.tx.sndbuf_expand()    # tcp_init_buffer_space()
             self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
+            self.rx.lrcvtime = now       # tcp_finish_connect / tcp_create_openreq_child
         elif effects & Effect.ATTEMPT_FAILED:
             self.mib["TcpAttemptFails"] += 1
         self.stack.trace_state(self, old, state, now)
@@ -317,11 +346,12 @@ class Connection:
         mss = min(self.peer_mss, own)
         if self.user_mss:
             mss = min(mss, self.user_mss)
+        mss = max(mss, self.config.min_snd_mss)     # Linux __tcp_mtu_to_mss: before the options
         if self.ts_ok:
             mss -= 12
         if self.md5_key is not None:
             mss -= 20
-        self.mss = max(mss, 64)
+        self.mss = max(mss, 8)     # Linux TCP_MIN_SND_MSS minus a full option set: 8 data bytes
         self.cc.set_mss(self.mss)
 
     def pmtu_reduced(self, mtu: int) -> bool:
@@ -341,18 +371,41 @@ class Connection:
             return
         self.error = err
         if self.on_readable is not None:
-            self.on_readable(self)
+            notify(self, self.on_readable)
         if self.on_writable is not None:
-            self.on_writable(self)
+            notify(self, self.on_writable)
 
     def inherit(self, options: dict[str, object], md5_keys: Md5Keys | None) -> None:
         """A passive child takes what its listening socket set (Linux sk_clone): the socket
         options, and the TCP-MD5 key for its peer (RFC 2385)."""
-        for name, value in options.items():
-            setattr(self, name, value)
+        self.apply_options(options)
         if md5_keys is not None:
             self.md5_keys = md5_keys
             self.md5_key = md5_keys.lookup(self.remote_ip)
+
+    def apply_options(self, options: dict[str, object]) -> None:
+        """Socket options the socket layer keeps by attribute name (TCP_NODELAY, keepalive...)."""
+        for name, value in options.items():
+            setattr(self, name, value)
+
+    def set_md5_keys(self, keys: Md5Keys | None) -> None:
+        """TCP_MD5SIG: the socket's key list (the key for this peer is looked up at open)."""
+        self.md5_keys = keys
+
+    def set_congestion_control(self, cc: CongestionControl) -> None:
+        """TCP_CONGESTION; the socket layer allows it only before data flows."""
+        self.cc = cc
+
+    def take_error(self) -> int:
+        """Read and clear the pending socket error: Linux reports sk_err once (sock_error)."""
+        err = self.error
+        self.error = 0
+        return err
+
+    def note_nospace(self) -> None:
+        """A writer is short of send buffer (Linux SOCK_NOSPACE): the ACK that makes the socket
+        writable again wakes it (``write_space``), and ACKs may grow the buffer."""
+        self.sock_nospace = True
 
     def mark_accepted(self, fastopen_child: bool) -> None:
         """accept() handed this connection to the application. A fast-open child reset in
@@ -363,14 +416,17 @@ class Connection:
 
     # ----------------------------------------------------------- user commands
 
-    def send(self, data: Buffer, now: float, *, more: bool = False) -> int:
+    def send(self, data: Buffer, now: float, *, more: bool = False, eor: bool = False,
+             pinned: bool = False, tstamp: int = 0) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
-        how many bytes were taken, 0 when a new skb is needed and none may be opened."""
+        how many bytes were taken, 0 when a new skb is needed and none may be opened.
+        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion;
+        ``tstamp`` marks the write's end for SO_TIMESTAMPING (Output.write)."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        copied = self.tx.write(data, now, more)
+        copied = self.tx.write(data, now, more, eor, pinned, tstamp)
         if copied and self.is_synchronized:
             self.reschedule()      # the stack must learn the retransmission deadline
         return copied
@@ -382,19 +438,16 @@ class Connection:
         for v in views:
             self.snd_buf.append(v)
             total += len(v)
-        self.tx.push_end = self.snd_buf.end
+        self.tx.mark_pushed()
         return total
 
     def send_views(self, views: list[memoryview], now: float) -> int:
         """Queue immutable views by reference (payload objects): no copy, no limit check."""
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        total = 0
-        for v in views:
-            self.snd_buf.append(v)
-            total += len(v)
+        total = self.queue_views(views)
         self.tx.more_pending = False
-        self.tx.push_end = self.snd_buf.end
+        self.tx.mark_pushed()
         if self.is_synchronized:
             self.tx.run(now)
             self.reschedule()
@@ -477,10 +530,7 @@ class Connection:
         if self.state is not State.CLOSED:
             self.stack.orphan_count_add(1)    # _close_now takes it off again
         st = self.state
-        if st in (State.CLOSED, State.LISTEN):
-            self.close_now(now)
-            return
-        if st is State.SYN_SENT:
+        if st in (State.CLOSED, State.LISTEN, State.SYN_SENT):
             self.close_now(now)
             return
         if len(self.rcv_buf) or self.linger_zero:
@@ -509,8 +559,11 @@ class Connection:
             return
         self.reschedule()
 
-    def abort(self, now: float) -> None:
-        """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything."""
+    def abort(self, now: float, error: int = 0) -> None:
+        """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything;
+        ``error`` is what the application's next call reports (0: none)."""
+        if error:
+            self.error = error
         if (self.state in SYNCHRONIZED and self.state is not State.TIME_WAIT) \
                 or self.state is State.SYN_RECEIVED:
             self.tx.send_rst(now)
@@ -523,10 +576,12 @@ class Connection:
         if self.snd_buf.acct is not None:
             self.snd_buf.acct.used -= len(self.snd_buf)
             self.snd_buf.acct = None
-        if self.closed_by_app and self.rcv_buf.acct is not None:
-            self.rcv_buf.acct.used -= len(self.rcv_buf)
-            self.rcv_buf.acct = None
+        if self.closed_by_app:
+            self.rcv_buf.detach_account()
+        if self.errqueue is not None:
+            self.errqueue.on_purge()       # tcp_write_queue_purge frees the zerocopy buffers
         self.set_state(State.CLOSED, now)
+        self.stack.on_destroy(self, now)
         self.timers.rto_deadline = self.timers.delack_deadline = self.timers.probe_deadline = INF
         self.timers.keepalive_deadline = self.timers.time_wait_deadline = INF
         self.recovery.rtx.clear()
@@ -535,9 +590,9 @@ class Connection:
         self.reschedule()
         # Wake event-driven users: a reset or a failure is news for readers and writers.
         if self.on_readable is not None:
-            self.on_readable(self)
+            notify(self, self.on_readable)
         if self.on_writable is not None:
-            self.on_writable(self)
+            notify(self, self.on_writable)
 
     def reset_by_peer(self, now: float) -> None:
         if self.state is State.SYN_SENT:
@@ -584,12 +639,12 @@ class Connection:
             self.rtt.on_sample(max(sample, 0.0001))
 
     def _challenge_ack(self, now: float) -> None:
-        """RFC 5961 §7: challenge ACKs, limited per stack and per connection."""
-        if not self._oow_allowed(now) or not self.stack.challenge_ack_allowed(now):
+        """RFC 5961 §7: challenge ACKs, limited per connection, then by the stack's budget."""
+        if not self._oow_allowed(now):
             self.mib["TcpExtTCPACKSkippedChallenge"] += 1
-            return
-        self.mib["TcpExtTCPChallengeACK"] += 1
-        self.tx.send_ack(now)
+        elif self.stack.challenge_ack_allowed(now):    # Linux counts no skip for the budget
+            self.mib["TcpExtTCPChallengeACK"] += 1
+            self.tx.send_ack(now)
 
     def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
         """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.
@@ -839,6 +894,6 @@ class Connection:
 
     # ----------------------------------------------------------------- tcp_info
 
-    def info(self) -> dict[str, int]:
+    def info(self, now: float | None = None) -> dict[str, int]:
         """A Linux ``struct tcp_info``-like view (``tcp/info.py``)."""
-        return tcp_info(self)
+        return tcp_info(self, now)

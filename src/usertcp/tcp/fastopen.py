@@ -6,9 +6,17 @@ installed, to which it forwards the methods it does not own). Per-connection sta
 lives in ``conn.tfo`` (a :class:`TfoState`).
 
 Server (net/ipv4/tcp_fastopen.c tcp_try_fastopen, tcp_minisocks.c tcp_check_req):
-- A listener's preload is an immutable ``bytes``; at SYN time the child takes it by
-  reference as the head of its send buffer (the snapshot), so application writes
-  follow it and a later ``set_preload`` only affects later SYNs.
+- A listener's preload is an immutable ``bytes``; the child takes it by reference as the
+  head of its send buffer (the snapshot), so application writes follow it. One snapshot
+  rule for every path, as the patch series: a request without Fast Open takes its copy
+  when its child is created at the 3rd ACK (patch 2 copies in tcp_create_openreq_child),
+  the SYN-cookie path included; a Fast Open child, created at the SYN, takes it then.
+- Only the first SYN-ACK of a Fast Open child carries data (patch 3 adds it to
+  TCP_SYNACK_FASTOPEN); retransmitted SYN-ACKs, on the timer or for a retransmitted SYN,
+  are tcp_rtx_synack's TCP_SYNACK_NORMAL: no data. The data stays outstanding and the
+  3rd ACK's ack point decides what is resent (patch 5). ``StackConfig.
+  preload_synack_rtx_data`` (off by default) resends it in every SYN-ACK instead
+  (measured in ``usertcp bench preload``).
 - A TFO child (valid cookie, or cookie not required) acks the SYN's data at once,
   goes to the accept queue in SYN-RECEIVED, and carries as much of the preload in its
   SYN-ACK as the peer's MSS (less the SYN-ACK options, RFC 6691), the peer's SYN
@@ -19,22 +27,19 @@ Server (net/ipv4/tcp_fastopen.c tcp_try_fastopen, tcp_minisocks.c tcp_check_req)
   "mark the rtx head lost" + "trim the linear skb"), without a congestion response,
   like Linux's tcp_non_congestion_loss_retransmit on the client side.
 
-Client (tcp_output.c tcp_send_syn_data, tcp_input.c tcp_rcv_fastopen_synack):
-- A cookie cache per server address (``FastOpen.cookie_cache``). First contact sends
-  a cookie request (empty option); with a cookie cached the SYN carries data.
-- SYN retransmissions carry no data (Linux retransmits the data-less SYN skb).
-- If the SYN-ACK acknowledges only part of the SYN data, the rest is sent again as
-  soon as the connection is established; if the server ignores TFO the data simply
-  follows the handshake.
+Client: ``tcp/fastopen_client.py`` (``FastOpen.client``); the hooks below hand it the
+connections whose ``conn.tfo`` is a ``ClientTfo``.
 
 What the socket layer calls:
-- listener: ``Listener.set_preload(data, now)`` (send(MSG_PRELOAD)); assigning
+- listener: ``Listener.append_preload(data, now)`` (send(MSG_PRELOAD): writes append),
+  ``Listener.set_preload(data, now)`` (setsockopt TCP_PRELOAD: replace or clear); assigning
   ``Listener.fastopen_qlen`` (setsockopt TCP_FASTOPEN); ``Listener.set_fastopen_key``
   (TCP_FASTOPEN_KEY, 16 or 32 bytes); ``Listener.fastopen_no_cookie`` (TCP_FASTOPEN_NO_COOKIE).
 - client: ``tfo_connect(conn, data, now)`` instead of ``stack.connect(conn, now)`` for
   sendto(MSG_FASTOPEN) and for the first write after connect() with
-  TCP_FASTOPEN_CONNECT (``cookie_cached`` tells whether Linux would defer the SYN:
-  without a cookie it connects at once, i.e. ``tfo_connect(conn, b"", now)``).
+  TCP_FASTOPEN_CONNECT (``defer_connect`` tells whether Linux would defer the SYN:
+  if not, it connects at once, i.e. ``tfo_connect(conn, b"", now)``); it returns the
+  bytes the SYN carries, as Linux's fo->copied.
 - A TFO child may send in SYN-RECEIVED: after ``conn.send`` on a connection in a SYN
   state, call ``conn.output(now)`` (Connection.send only transmits when synchronized).
 """
@@ -42,17 +47,16 @@ What the socket layer calls:
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify_listener
 from usertcp.tcp.config import (
-    TFO_CLIENT_ENABLE,
-    TFO_CLIENT_NO_COOKIE,
     TFO_SERVER_COOKIE_NOT_REQD,
     TFO_SERVER_ENABLE,
 )
 from usertcp.tcp.connection import State
 from usertcp.tcp.cookies import tfo_cookie
+from usertcp.tcp.fastopen_client import ActiveFastOpen, ClientTfo, CookieEntry, client_enabled
 from usertcp.wire.segment import FIN, Buffer, Segment
 from usertcp.wire.tcp import MAX_OPTIONS_LEN, options_length
 
@@ -61,7 +65,8 @@ if TYPE_CHECKING:
     from usertcp.tcp.host import ConnectionHost, FeatureHooks
     from usertcp.tcp.stack import Listener
 
-__all__ = ["PRELOAD_MAX", "CookieEntry", "FastOpen", "TfoState", "cookie_cached", "install", "tfo_connect"]
+__all__ = ["PRELOAD_MAX", "CookieEntry", "FastOpen", "TfoState", "defer_connect", "flush_metrics", "install",
+           "tfo_connect"]
 
 # Documented limit of one listener preload (EMSGSIZE beyond). The patch limits it to one
 # linear skb; here it is a plain bytes object that the SYN-ACK and the following data
@@ -72,33 +77,17 @@ PRELOAD_MAX = 65536
 class TfoState:
     """Per-connection fast-open / preload state (``conn.tfo``)."""
 
-    __slots__ = ("client", "cookie_exp", "cookie_out", "data_ok", "preload_len", "queued", "requested",
-                 "syn_cookie", "syn_data", "syn_data_dropped", "synack_data")
+    __slots__ = ("client", "cookie_exp", "cookie_out", "preload_len", "queued", "synack_data", "synack_sent")
 
     def __init__(self, *, client: bool) -> None:
         self.client = client
         # Server side.
         self.preload_len = 0             # bytes of the listener's snapshot at the head of snd_buf
         self.synack_data = 0             # of which the SYN-ACK carries this many
+        self.synack_sent = False         # the first (data-carrying) SYN-ACK has gone out
         self.cookie_out: bytes | None = None   # cookie option for the SYN-ACK
         self.cookie_exp = False          # echo the experimental form the client used
         self.queued = False              # TFO child put in the accept queue at SYN time
-        # Client side.
-        self.syn_cookie: bytes | None = None   # b"" = cookie request, None = no option
-        self.data_ok = False             # the SYN may carry data (cookie cached / no-cookie mode)
-        self.syn_data = -1               # data bytes in the first SYN (-1: not sent yet)
-        self.syn_data_dropped = False    # retransmitted SYNs carry no data
-        self.requested = False
-
-
-@dataclass
-class CookieEntry:
-    """Linux tcp_fastopen_cache (tcp_metrics): what we know about one server."""
-
-    cookie: bytes | None = None
-    exp: bool = False                    # the server answered in the experimental form
-    mss: int = 0
-    syn_loss: int = 0
 
 
 class FastOpen:
@@ -107,7 +96,7 @@ class FastOpen:
     def __init__(self, stack: ConnectionHost, inner: FeatureHooks | None = None) -> None:
         self.stack = stack
         self.inner = inner               # a previously installed hooks object
-        self.cookie_cache: dict[bytes, CookieEntry] = {}
+        self.client = ActiveFastOpen(stack)   # the client side (tcp/fastopen_client.py)
 
     # ---------------------------------------------- hooks we do not own: defaults
 
@@ -125,12 +114,11 @@ class FastOpen:
     def fastopen_syn_option(self, conn: Connection, synack: bool, peer: Segment | None
                             ) -> tuple[bytes | None, bool]:
         st = conn.tfo
+        if isinstance(st, ClientTfo):
+            return (None, False) if synack else self.client.syn_option(conn, st)
         if not isinstance(st, TfoState):
             return None, False
-        if st.client:
-            cookie, exp = (None, False) if synack else (st.syn_cookie, st.cookie_exp)
-        else:
-            cookie, exp = (st.cookie_out, st.cookie_exp) if synack else (None, False)
+        cookie, exp = (st.cookie_out, st.cookie_exp) if synack else (None, False)
         if cookie is not None and not _option_fits(conn, synack, cookie, exp):
             return None, False
         return cookie, exp
@@ -138,12 +126,13 @@ class FastOpen:
     # ------------------------------------------------------------------ server
 
     def on_passive_syn(self, conn: Connection, seg: Segment, now: float) -> None:
-        """A SYN reached a listener: snapshot the preload, decide fast open (tcp_try_fastopen)."""
+        """A SYN reached a listener: decide fast open (tcp_try_fastopen). A Fast Open child
+        takes its preload snapshot now; a plain request's child at the 3rd ACK."""
         lst = conn.listener
         if lst is None:
             return
-        preload = lst.preload
         child, cookie_out = self._try_fastopen(lst, conn, seg)
+        preload = lst.preload if child else b""
         if not preload and not child and cookie_out is None:
             return
         st = TfoState(client=False)
@@ -151,9 +140,7 @@ class FastOpen:
         st.cookie_out = cookie_out
         st.cookie_exp = seg.fastopen_exp
         if preload:
-            # The immutable snapshot: the listener's bytes object, by reference.
-            conn.queue_views([preload])
-            st.preload_len = len(preload)
+            self.take_preload(conn, st, preload)
         if not child:
             return
         mib = conn.mib
@@ -173,8 +160,14 @@ class FastOpen:
         lst.tfo_children.add(conn)
         lst.accept_queue.append(conn)
         st.queued = True
-        if lst.on_accept_ready is not None:
-            lst.on_accept_ready(lst)
+        notify_listener(lst, conn)
+
+    @staticmethod
+    def take_preload(conn: Connection, st: TfoState, preload: bytes) -> None:
+        """The snapshot: the listener's immutable bytes object, by reference, at the head of
+        the child's send buffer (patch 2: the listener's write queue copied to the child)."""
+        conn.queue_views([preload])
+        st.preload_len = len(preload)
 
     def _try_fastopen(self, lst: Listener, conn: Connection, seg: Segment) -> tuple[bool, bytes | None]:
         """(fast open child?, cookie to put in the SYN-ACK) as Linux's tcp_try_fastopen decides."""
@@ -217,29 +210,40 @@ class FastOpen:
 
     def syn_payload(self, conn: Connection) -> list[memoryview]:
         st = conn.tfo
-        if not isinstance(st, TfoState):
+        if isinstance(st, ClientTfo):
+            return self.client.syn_payload(conn, st)
+        if isinstance(st, TfoState):
+            return self._synack_payload(conn, st)
+        return []
+
+    @staticmethod
+    def _synack_payload(conn: Connection, st: TfoState) -> list[memoryview]:
+        """Only the first SYN-ACK of a Fast Open child carries the preload (patch 3 adds it to
+        TCP_SYNACK_FASTOPEN; tcp_rtx_synack sends TCP_SYNACK_NORMAL, for the RTO and for a
+        retransmitted SYN alike), unless ``preload_synack_rtx_data`` is set."""
+        if conn.state is not State.SYN_RECEIVED or not st.synack_data:
             return []
-        if not st.client:
-            if conn.state is State.SYN_RECEIVED and st.synack_data:
-                return conn.snd_buf.views(0, st.synack_data)
+        if st.synack_sent and not conn.config.preload_synack_rtx_data:
             return []
-        if conn.state is not State.SYN_SENT or not st.data_ok or st.syn_data_dropped:
-            return []
-        if st.syn_data < 0:
-            # tcp_send_syn_data: the data must fit in one segment with the SYN's options.
-            # Linux: the MTU's MSS less the whole option space, and the server's cached MSS
-            # less this SYN's options (RFC 6691).
-            entry = self.cookie_cache.get(conn.remote_ip)
-            space = conn.stack.mtu_mss(conn.v6) - MAX_OPTIONS_LEN
-            if entry is not None and entry.mss:
-                space = min(space, entry.mss - len(conn.tx.syn_options(conn.stack.now, False, None)))
-            st.syn_data = max(min(len(conn.snd_buf), space), 0)
-        return conn.snd_buf.views(0, st.syn_data) if st.syn_data else []
+        st.synack_sent = True
+        return conn.snd_buf.views(0, st.synack_data)
 
     def syn_rto(self, conn: Connection, now: float) -> None:
         st = conn.tfo
-        if isinstance(st, TfoState) and st.client and st.syn_data > 0:
-            st.syn_data_dropped = True    # the retransmitted SYN is the data-less SYN skb
+        if isinstance(st, ClientTfo):
+            self.client.syn_resent(st)    # the retransmitted SYN is the data-less SYN skb
+
+    def write_timeout(self, conn: Connection, expired: bool, now: float) -> None:
+        """tcp_write_timeout: blackhole detection for Fast Open connections."""
+        st = conn.tfo
+        if isinstance(st, ClientTfo):
+            self.client.write_timeout(conn, st, expired, now)
+
+    def on_destroy(self, conn: Connection, now: float) -> None:
+        """tcp_v4_destroy_sock / tcp_disconnect: the blackhole check of a closing connection."""
+        st = conn.tfo
+        if isinstance(st, ClientTfo):
+            self.client.on_destroy(conn, st, now)
 
     def syn_state_output(self, conn: Connection, now: float) -> None:
         """Linux lets a TFO child send in SYN_RECV (tcp_sendmsg: tcp_passive_fastopen)."""
@@ -253,9 +257,13 @@ class FastOpen:
             conn.tx.send_new_data(now)
 
     def on_established_passive(self, conn: Connection, now: float, ack_off: int) -> bool:
-        """The 3rd ACK: resend SYN-ACK data it leaves unacknowledged. True if queued at SYN time."""
+        """The 3rd ACK: a plain request's child takes the preload now; SYN-ACK data the ACK
+        leaves unacknowledged is resent. True if the child was queued at SYN time (TFO)."""
         st = conn.tfo
-        if not isinstance(st, TfoState) or st.client:
+        if isinstance(st, TfoState) and st.client:
+            return False
+        if not isinstance(st, TfoState) or not st.queued:
+            self._preload_at_third_ack(conn, st if isinstance(st, TfoState) else None)
             return False
         end = 1 + st.synack_data
         if st.synack_data and 0 < ack_off < end:
@@ -265,29 +273,24 @@ class FastOpen:
             conn.mib["UsertcpSynAckDataRetrans"] += 1
         return st.queued
 
+    def _preload_at_third_ack(self, conn: Connection, st: TfoState | None) -> None:
+        """tcp_create_openreq_child (patch 2): the child of a plain or SYN-cookie request is
+        created at the 3rd ACK and copies the listener's preload as it is then."""
+        lst = conn.listener
+        if lst is None or lst.closed or not lst.preload:
+            return
+        if st is None:
+            st = TfoState(client=False)
+            conn.handshake.attach_fastopen(st)
+        self.take_preload(conn, st, lst.preload)
+
     # ------------------------------------------------------------------ client
 
     def on_synack(self, conn: Connection, seg: Segment, now: float) -> None:
-        """tcp_rcv_fastopen_synack: cache the cookie, resend SYN data not acknowledged."""
+        """tcp_rcv_fastopen_synack (tcp/fastopen_client.py)."""
         st = conn.tfo
-        if not isinstance(st, TfoState) or not st.client:
-            return
-        entry = self.cookie_cache.setdefault(conn.remote_ip, CookieEntry())
-        if seg.mss > 0:
-            entry.mss = seg.mss
-        if seg.fastopen:
-            entry.cookie = bytes(seg.fastopen)
-            entry.exp = seg.fastopen_exp
-        mib = conn.mib
-        if st.syn_data_dropped and seg.fastopen is None:
-            entry.syn_loss += 1           # Linux: SYN timed out, no cookie: note a SYN loss
-        if st.syn_data > 0:
-            if conn.snd_una < 1 + st.syn_data:
-                conn.handshake.rewind_syn_data(conn.snd_una)
-                mib["TcpExtTCPFastOpenActiveFail"] += 1
-            else:
-                conn.handshake.note_syn_data_acked()   # tcpi_options TCPI_OPT_SYN_DATA
-                mib["TcpExtTCPFastOpenActive"] += 1
+        if isinstance(st, ClientTfo):
+            self.client.on_synack(conn, st, seg, now)
 
 
 def _option_fits(conn: Connection, synack: bool, cookie: bytes, exp: bool) -> bool:
@@ -315,45 +318,28 @@ def install(stack: ConnectionHost) -> FastOpen:
     return fo
 
 
-def cookie_cached(stack: ConnectionHost, remote_ip: bytes) -> bool:
-    """Whether a TCP_FASTOPEN_CONNECT socket would defer its SYN to the first write."""
-    cfg = stack.config
-    if not cfg.fastopen & TFO_CLIENT_ENABLE:
-        return False
-    if cfg.fastopen & TFO_CLIENT_NO_COOKIE:
-        return True
+def flush_metrics(stack: ConnectionHost) -> None:
+    """``ip tcp_metrics flush``: forget every server's cookie and MSS (tcp_metrics_flush_all)."""
     hooks = stack.hooks
-    entry = hooks.cookie_cache.get(remote_ip) if isinstance(hooks, FastOpen) else None
-    return entry is not None and entry.cookie is not None
+    if isinstance(hooks, FastOpen):
+        hooks.client.cache.flush()
 
 
-def tfo_connect(conn: Connection, data: Buffer, now: float) -> int:
-    """Active open with fast open: queue ``data`` and send the SYN; returns the bytes queued.
+def defer_connect(conn: Connection, now: float, *, no_cookie: bool = False) -> bool:
+    """connect() on a TCP_FASTOPEN_CONNECT socket: True if Linux would send nothing yet (the SYN
+    leaves with the first write, carrying its data); see ActiveFastOpen.defer_connect."""
+    return install(conn.stack).client.defer_connect(conn, now, no_cookie=no_cookie)
 
-    With a cached cookie (or TFO_CLIENT_NO_COOKIE) the SYN carries as much of the data as
-    fits; otherwise it carries a cookie request and the data follows the handshake. With
-    the client bit off this is a plain connect with data queued.
-    """
+
+def tfo_connect(conn: Connection, data: Buffer | None, now: float, *, no_cookie: bool = False) -> int:
+    """Active open with Fast Open (sendto(MSG_FASTOPEN), or the first write of a deferred
+    TCP_FASTOPEN_CONNECT): the SYN carries what it may of ``data`` (a cached cookie, or no
+    cookie needed) or a cookie request; returns the bytes it carries, which the caller
+    counts as written (the rest is the caller's to send once connected, as Linux's
+    tcp_sendmsg_locked does). EOPNOTSUPP if the client bit of ``tcp_fastopen`` is off. ``data``
+    None is user memory that cannot be read (a C caller's bad pointer): the SYN falls back to a
+    cookie request, as when Linux's copy into the SYN fails."""
     stack = conn.stack
-    if conn.state is not State.CLOSED:
-        raise OSError(errno.EISCONN, "already connected")
-    hooks = install(stack)
-    n = min(len(data), conn.send_space)
-    if n:
-        conn.queue_views([bytes(memoryview(data)[:n])])
-    cfg = stack.config
-    if cfg.fastopen & TFO_CLIENT_ENABLE:
-        st = TfoState(client=True)
-        entry = hooks.cookie_cache.get(conn.remote_ip)
-        if cfg.fastopen & TFO_CLIENT_NO_COOKIE:
-            st.data_ok = True             # no option at all (tcp_fastopen_cookie_check)
-        elif entry is not None and entry.cookie is not None:
-            st.syn_cookie = entry.cookie
-            st.cookie_exp = entry.exp
-            st.data_ok = True
-        else:
-            st.syn_cookie = b""
-            st.requested = True
-        conn.handshake.attach_fastopen(st)
-    stack.connect(conn, now)
-    return n
+    if not client_enabled(stack):
+        raise OSError(errno.EOPNOTSUPP, "TCP Fast Open (client) is disabled: net.ipv4.tcp_fastopen & 1")
+    return install(stack).client.send_syn_data(conn, data, now, no_cookie=no_cookie)

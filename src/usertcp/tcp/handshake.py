@@ -82,6 +82,10 @@ class Handshake:
                 if not flags & RST:
                     c.stack.send_reset_for(seg, now)
                 return
+            if not flags & RST and self._paws_active_rejected(seg, now):
+                c.mib["TcpExtPAWSActiveRejected"] += 1
+                c.stack.send_reset_for(seg, now)
+                return
         if flags & RST:
             if flags & ACK:
                 c.reset_by_peer(now)
@@ -126,9 +130,24 @@ class Handshake:
             c.rx.data_arrives(seg, 0, now)   # offset of the SYN: its data starts at 1
         if c.fin_queued and c.write_shutdown:
             c.set_state(State.FIN_WAIT_1, now)
-        # RFC 9293: ACK the SYN-ACK at once (data, if queued, carries it).
         c.rx.ack_pending = max(c.rx.ack_pending, 1)
-        c.rx.ack_now = True
+        if c.write_pending:
+            # Linux tcp_rcv_synsent_state_process, a writer waiting (sk_write_pending): "Save one
+            # ACK": quick-ACK mode, delayed ACK at TCP_DELACK_MAX; the writer's data carries it.
+            c.rx.enter_quickack_mode(c.config.quickack_segments)
+            c.last_rcv_time = now          # icsk_ack.lrcvtime, with ato = TCP_ATO_MIN
+            c.timers.delack_deadline = now + c.config.delack_max
+        else:
+            c.rx.ack_now = True            # RFC 9293: ACK the SYN-ACK at once
+
+    def _paws_active_rejected(self, seg: Segment, now: float) -> bool:
+        """Linux tcp_rcv_synsent_state_process (RFC 7323 PAWS): a SYN-ACK's TSecr must lie
+        between our first SYN's TSval (retrans_stamp) and now (PAWSActiveRejected)."""
+        c = self.conn
+        if seg.ts_val < 0 or not seg.ts_ecr or not c.config.timestamps:
+            return False
+        first = (int(c.timers.first_rto_time * 1000) + c.ts_offset) & SEQ_MASK
+        return seq_diff(seg.ts_ecr, first) < 0 or seq_diff(c.tx.tsval(now), seg.ts_ecr) < 0
 
     # ----------------------------------------------------------- passive open
 
@@ -231,10 +250,14 @@ class Handshake:
         SYN-cookie rebuild; the connection only carries it."""
         self.conn.tfo = state
 
-    def note_syn_data_acked(self) -> None:
+    def note_syn_data_acked(self, counted: int = 0) -> None:
         """The peer acknowledged all the data our SYN carried (RFC 7413 §4.1.3, Linux
-        tcp_rcv_fastopen_synack): tcpi_options gets TCPI_OPT_SYN_DATA."""
-        self.conn.syn_data_acked = True
+        tcp_rcv_fastopen_synack): tcpi_options gets TCPI_OPT_SYN_DATA. ``counted``: the
+        deliveries the ACK counted for that data, taken back ("SYN-data is counted as two
+        separate packets in tcp_ack()": the SYN and its data make one)."""
+        c = self.conn
+        c.syn_data_acked = True
+        c.delivered_segs = max(c.delivered_segs - counted, 0)
 
     def rewind_syn_data(self, to_off: int) -> None:
         """Data sent with the SYN (or SYN-ACK) was not all acknowledged: send again from
@@ -258,8 +281,15 @@ class Handshake:
         if not c.passive and flags & SYN and flags & ACK \
                 and seg.seq == c.irs and c.snd_off(seg.ack) == c.snd_max:
             # Simultaneous open (RFC 9293 Figure 8, line 6): the peer's SYN-ACK completes it.
-            # Linux tcp_validate_incoming lets exactly this SYN pass.
+            # Linux tcp_validate_incoming lets exactly this SYN pass to tcp_ack (a SYN's window
+            # is not scaled; it acknowledges a SYN's data too), then tcp_data_queue D-SACKs the
+            # old SYN at once.
             self.establish_passive(seg, c.snd_max, now)
+            c.snd_wnd = c.max_snd_wnd = seg.window
+            c.recovery.ack_advance(c.snd_max, now)
+            if c.sack_ok and c.config.dsack:
+                c.rx.dsack = (0, 1)
+            c.rx.ack_now = True
             return True
         return False
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.fastopen_client import ClientTfo
 from usertcp.wire import icmp
 from usertcp.wire.icmp import IcmpMessage
 
@@ -188,6 +189,15 @@ def mtu_reduced(conn: Connection, mtu: int, now: float) -> None:
     if not conn.pmtu_reduced(mtu):
         return
     conn.mib["UsertcpPmtuReductions"] += 1
+    st = conn.tfo
+    if conn.state is State.SYN_SENT and isinstance(st, ClientTfo) and st.syn_data:
+        # tcp_simple_retransmit (commit c31b70c9968f): the Fast Open SYN-data was too big, so
+        # it is lost: resend the SYN now, plain (no data, no cookie), with the smaller MSS.
+        conn.timers.count_syn_retrans()
+        conn.stack.syn_rto(conn, now)
+        conn.tx.send_syn(now)
+        conn.reschedule()
+        return
     if conn.mss < old_mss and conn.recovery.mark_oversized_lost():
         conn.output(now)                  # the retransmission arms the RTO if it is not running
         conn.reschedule()

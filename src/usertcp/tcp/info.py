@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.fastopen_client import ClientTfo
 from usertcp.tcp.recovery import ECN_OK, ECN_SEEN
 
 if TYPE_CHECKING:
@@ -17,11 +18,50 @@ TCPI_OPT_ECN = 8
 TCPI_OPT_ECN_SEEN = 16
 TCPI_OPT_SYN_DATA = 32
 
+# Linux enum tcp_chrono: what the sender is limited by, the higher the stronger.
+CHRONO_NONE, CHRONO_BUSY, CHRONO_RWND_LIMITED, CHRONO_SNDBUF_LIMITED = 0, 1, 2, 3
 
-def tcp_info(conn: Connection) -> dict[str, int]:
-    """A Linux ``struct tcp_info``-like view (field names as tcpi_*)."""
-    rtt = conn.rtt
-    mss = max(conn.mss, 1)
+
+class Chrono:
+    """Linux tcp_chrono_start/stop/set: time spent sending (busy), and within it limited
+    by the receive window or the send buffer; tcp_info reports them in µs."""
+
+    __slots__ = ("kind", "since", "stats")
+
+    def __init__(self) -> None:
+        self.kind = CHRONO_NONE
+        self.since = 0.0
+        self.stats = [0.0, 0.0, 0.0]     # seconds in BUSY, RWND_LIMITED, SNDBUF_LIMITED
+
+    def _set(self, kind: int, now: float) -> None:
+        if self.kind > CHRONO_NONE:
+            self.stats[self.kind - 1] += now - self.since
+        self.since = now
+        self.kind = kind
+
+    def start(self, kind: int, now: float) -> None:
+        """tcp_chrono_start(): a stronger limit takes over."""
+        if kind > self.kind:
+            self._set(kind, now)
+
+    def stop(self, kind: int, now: float, queues_empty: bool) -> None:
+        """tcp_chrono_stop(): nothing left to send ends the busy period; else back to busy."""
+        if queues_empty:
+            self._set(CHRONO_NONE, now)
+        elif kind == self.kind:
+            self._set(CHRONO_BUSY, now)
+
+    def info(self, now: float) -> dict[str, int]:
+        """tcp_get_info_chrono_stats(): busy time counts every limited period too."""
+        stats = list(self.stats)
+        if self.kind > CHRONO_NONE:
+            stats[self.kind - 1] += max(now - self.since, 0.0)
+        us = [round(t * 1e6) for t in stats]
+        return {"tcpi_busy_time": sum(us), "tcpi_rwnd_limited": us[1], "tcpi_sndbuf_limited": us[2]}
+
+
+def _options(conn: Connection) -> int:
+    """tcpi_options: what the handshake negotiated (Linux TCPI_OPT_*)."""
     opts = 0
     if conn.ts_ok:
         opts |= TCPI_OPT_TIMESTAMPS
@@ -35,13 +75,23 @@ def tcp_info(conn: Connection) -> dict[str, int]:
         opts |= TCPI_OPT_ECN_SEEN
     if conn.syn_data_acked:
         opts |= TCPI_OPT_SYN_DATA
+    return opts
+
+
+def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
+    """A Linux ``struct tcp_info``-like view (field names as tcpi_*), at ``now`` (default:
+    the time of the stack's last event)."""
+    if now is None:
+        now = conn.stack.now
+    rtt = conn.rtt
+    mss = max(conn.mss, 1)
     out = {
         "tcpi_state": int(conn.state),
         "tcpi_ca_state": conn.recovery.ca_state,
         "tcpi_retransmits": conn.timers.retransmits,
         "tcpi_probes": conn.timers.probes_out,
         "tcpi_backoff": rtt.backoff,
-        "tcpi_options": opts,
+        "tcpi_options": _options(conn),
         "tcpi_snd_wscale": conn.snd_wscale,
         "tcpi_rcv_wscale": conn.rcv_wscale,
         "tcpi_rto": int(rtt.timeout * 1e6),
@@ -68,7 +118,15 @@ def tcp_info(conn: Connection) -> dict[str, int]:
         "tcpi_notsent_bytes": conn.unsent_bytes,
         "tcpi_snd_wnd": conn.snd_wnd,
         "tcpi_reordering": conn.recovery.reordering,
+        "tcpi_reord_seen": conn.recovery.reord_seen,
         "tcpi_rcv_space": conn.rcvbuf_limit,
+        # Why active Fast Open did not deliver the SYN's data (TFO_* of tcp/fastopen_client.py).
+        "tcpi_fastopen_client_fail": conn.tfo.client_fail if isinstance(conn.tfo, ClientTfo) else 0,
     }
     out.update(rtt.as_info())
+    out.update(conn.tx.chrono.info(now))
+    # Linux jiffies_to_msecs(now - icsk_ack.lrcvtime): the last data received, or the
+    # establishment (tcp_finish_connect, tcp_create_openreq_child) before any.
+    lrcv = conn.rx.lrcvtime if conn.rx.lrcvtime >= 0 else conn.last_rcv_time
+    out["tcpi_last_data_recv"] = max(int((now - lrcv) * 1000), 0)
     return out

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.buffers import SKB_EOR, SKB_PSH
+from usertcp.tcp.info import (
+    CHRONO_BUSY,
+    CHRONO_RWND_LIMITED,
+    CHRONO_SNDBUF_LIMITED,
+    Chrono,
+)
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_LOSS,
-    CA_OPEN,
     CA_RECOVERY,
     ECN_DEMAND_CWR,
     ECN_OK,
@@ -45,8 +51,8 @@ SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
 class Output:
     """The transmit side of one connection: its Nagle/cork state and the segments it builds."""
 
-    __slots__ = ("conn", "corked", "force_push", "mid_write", "more_pending", "nagle_off", "push_end",
-                 "snd_sml", "ts_last", "xmit_budget")
+    __slots__ = ("chrono", "conn", "corked", "data_sent_time", "force_push", "mid_write", "more_pending",
+                 "nagle_off", "push_end", "snd_sml", "ts_last", "xmit_budget")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -59,6 +65,8 @@ class Output:
         self.mid_write = False         # a push inside send(): more of the same write follows
         self.xmit_budget = -1          # bytes of new data this output may send (-1: no limit)
         self.ts_last = 0               # the last TSval sent, before the offset (RFC 7323 §5.4)
+        self.data_sent_time = -1.0     # Linux lsndtime: when new data last left
+        self.chrono = Chrono()         # busy / rwnd-limited / sndbuf-limited time (tcp_info)
 
     def size_goal(self) -> int:
         """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
@@ -66,7 +74,7 @@ class Output:
         GSO (TCP-MD5 turns it off)."""
         c = self.conn
         mss = c.mss
-        if c.md5_key is not None:
+        if c.md5_key is not None or c.stack.gso_max_size < 0:
             return mss
         goal = GSO_MAX_SIZE
         cutoff = c.max_snd_wnd >> 1 if c.max_snd_wnd > 536 else c.max_snd_wnd
@@ -191,6 +199,8 @@ class Output:
         # Only an explicit False is a refusal: a wrapper of output() that drops its result
         # (it returned None before refusals existed) must not read as one.
         ok = c.stack.output(pkt) is not False
+        if c.errqueue is not None and payload and ok:   # transmit timestamps (first or again)
+            c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
         c.segs_out += 1
         c.last_snd_time = now
         mib = c.mib
@@ -245,6 +255,8 @@ class Output:
         c = self.conn
         cfg = c.config
         mss = c.stack.mtu_mss(c.v6)
+        if c.pmtu:
+            mss = min(mss, c.pmtu - (60 if c.v6 else 40))   # the route's advmss follows its PMTU
         if c.user_mss:
             mss = min(mss, c.user_mss)
         if synack:
@@ -284,10 +296,12 @@ class Output:
             tm.rto_deadline = now + c.rtt.timeout
         if payload and not rec.rtx:
             rec.rtx.append(SentSegment(1, end, False, now))
-        elif payload and rec.rtx[0].start == 1:
-            # A retransmitted SYN-ACK with data: Karn's rule must see it (RFC 6298 §3).
+        elif rec.rtx and rec.rtx[0].start == 1 and (payload or c.state is State.SYN_RECEIVED):
+            # A retransmitted SYN-ACK, with its data or without it (tcp_rtx_synack): an ACK of
+            # the data is ambiguous now, Karn's rule must see it (RFC 6298 §3).
             rec.rtx[0].tx_count += 1
             rec.rtx[0].tx_time = now
+            rec.rtx.sent_again(rec.rtx[0])
         return ok
 
     def run(self, now: float) -> None:
@@ -312,8 +326,18 @@ class Output:
         if c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0):
             if self.send_new_data(now):
                 sent = True
-                # Where a burst stopped inside an skb, Linux split it (tso_fragment).
-                c.snd_buf.mark_sent(c.snd_max - 1, self.tso_bytes())
+            self.note_rwnd_limit(now)
+        # Linux tcp_write_xmit ends with tcp_cwnd_validate(): cwnd-limited when the flight
+        # fills the window (in whole segments, as Linux counts packets).
+        cc = c.cc
+        limited = c.in_flight + c.mss > cc.cwnd
+        if sent or limited:
+            cc.validate(c.snd_una, c.snd_nxt, c.snd_nxt - c.snd_una, limited)
+            if (not cc.is_cwnd_limited() and c.sock_nospace and not c.unsent_bytes
+                    and c.state in (State.ESTABLISHED, State.CLOSE_WAIT)):
+                self.chrono.start(CHRONO_SNDBUF_LIMITED, now)   # starved by the send buffer
+        if c.snd_una >= c.snd_max and not c.unsent_bytes:
+            self.chrono.stop(CHRONO_BUSY, now, True)            # nothing left: not busy
         self.force_push = False
         if rx.ack_now:
             rx.ack_now = False
@@ -330,50 +354,61 @@ class Output:
                 if tm.probes_out == 0 else tm.keepalive_deadline
 
     def send_retransmissions(self, now: float) -> bool:
-        """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd."""
+        """RFC 6675 §5 NextSeg rule 1: retransmit lost segments while pipe < cwnd (Linux
+        tcp_xmit_retransmit_queue: each skb up to the cwnd room and the TSO size)."""
         c = self.conn
         rec = c.recovery
         sent = False
         cwnd = c.cc.cwnd
+        mss = c.mss
         rtx = rec.rtx
-        i = -1
+        i = rec.first_to_retransmit() - 1
         while i + 1 < len(rtx):
             i += 1
             r = rtx[i]
             if not r.lost or r.retrans or r.sacked:
                 continue
-            if c.in_flight + (r.end - r.start) > cwnd and sent:
+            room = cwnd - c.in_flight
+            if room <= 0 and not (not sent and rec.ca_state == CA_RECOVERY and rec.retrans_bytes == 0):
                 break
-            if c.in_flight >= cwnd and not (not sent and rec.ca_state == CA_RECOVERY
-                                               and rec.retrans_bytes == 0):
+            if room < r.end - r.start and room < mss and sent:
                 break
-            if not self.retransmit(r, now, i):
+            if not self.retransmit(r, now, i, max(room // mss, 1) * mss):
                 break             # Linux tcp_xmit_retransmit_queue stops at a failed one
             sent = True
         return sent
 
-    def retransmit(self, r: SentSegment, now: float, index: int = 0) -> bool:
+    def retransmit(self, r: SentSegment, now: float, index: int = 0, room: int = 0) -> bool:
+        """Resend ``r`` (Linux __tcp_retransmit_skb): one MSS, or up to ``room`` bytes and
+        the TSO size as one packet; the rest is cut off first (tcp_fragment)."""
         c = self.conn
         rec = c.recovery
         tm = c.timers
-        # Re-cut to the current MSS (the MSS may have shrunk).
-        if r.end - r.start - (1 if r.fin else 0) > c.mss:
-            tail = SentSegment(r.start + c.mss, r.end, r.fin, r.tx_time)
-            tail.tx_count, tail.lost, tail.first_tx = r.tx_count, r.lost, r.first_tx
-            r.end = r.start + c.mss
-            r.fin = False
-            rec.rtx.insert(index + 1, tail)
+        mss = c.mss
+        limit = mss
+        if room > mss:
+            limit = min(room, max(self.packet_limit(half_cwnd=False), mss))
+        # The tail keeps the history (tcp_fragment copies the control block, SentSegment.split).
+        if r.end - r.start - (1 if r.fin else 0) > limit:
+            rec.rtx.insert(index + 1, r.split(r.start + limit))
         dlen = r.end - r.start - (1 if r.fin else 0)
-        payload = c.snd_buf.views(r.start - 1, dlen) if dlen else []
-        # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment).
-        c.snd_buf.split(r.start - 1)
-        c.snd_buf.split(r.start - 1 + dlen)
+        buf = c.snd_buf
+        # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment), and
+        # the copy carries the skb's own PSH mark when it ends the skb.
+        buf.split(r.start - 1)
+        buf.split(r.start - 1 + dlen)
         flags = ACK
         if r.fin:
             flags |= FIN
-        if dlen and r.start - 1 + dlen >= c.snd_buf.end:
+        if dlen > mss or (dlen and buf.skb_flags(r.start - 1) & SKB_PSH
+                          and buf.skb_end(r.start - 1) == r.start - 1 + dlen):
             flags |= PSH
-        if not self.emit(now, r.start, flags, payload):
+        if dlen > mss and c.stack.gso_max_size <= 0:
+            ok = self.emit_segmented(now, r.start, dlen, flags)
+        else:
+            ok = self.emit(now, r.start, flags, buf.views(r.start - 1, dlen) if dlen else [],
+                           gso_size=mss if dlen > mss else 0)
+        if not ok:
             return self.retransmit_refused(r)
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += r.end - r.start
@@ -381,14 +416,16 @@ class Output:
         rec.retrans_bytes += r.end - r.start
         r.tx_count += 1
         r.tx_time = now
-        c.total_retrans += 1
+        rec.rtx.sent_again(r)
+        segs = -(-dlen // mss) if dlen else 1     # Linux counts tcp_skb_pcount(skb)
+        c.total_retrans += segs
         if c.stack.tracer is not None:
             reason = {CA_RECOVERY: "fast", CA_LOSS: "rto"}.get(rec.ca_state, "probe")
             c.stack.trace(c, "tcp:retransmit", {"rel_seq": r.start, "end": r.end,
                                                       "tx_count": r.tx_count, "reason": reason}, now)
-        c.mib["TcpRetransSegs"] += 1
+        c.mib["TcpRetransSegs"] += segs
         if rec.ca_state == CA_RECOVERY:
-            c.mib["TcpExtTCPFastRetrans"] += 1
+            c.mib["TcpExtTCPFastRetrans"] += segs
         if tm.rto_deadline == INF:
             tm.rto_deadline = now + c.rtt.timeout
         return True
@@ -404,98 +441,185 @@ class Output:
         c.mib["TcpExtTCPRetransFail"] += 1
         return False
 
-    def send_new_data(self, now: float) -> bool:
-        """RFC 9293 §3.8.6.2.1 sender SWS avoidance, Nagle (Minshall), cwnd and rwnd limits."""
+    def packet_limit(self, half_cwnd: bool = True) -> int:
+        """Bytes one packet of new data may carry (Linux tcp_write_xmit): one MSS without GSO;
+        with it, tcp_tso_segs() (autosize) and tcp_cwnd_test(), which keeps a packet to half
+        the cwnd so that at least two GSO packets are in flight."""
         c = self.conn
+        mss = c.mss
+        if c.stack.gso_max_size < 0 or c.md5_key is not None:
+            return mss
+        segs = self.tso_bytes() // mss
+        if half_cwnd:
+            segs = min(segs, max((c.cc.cwnd // mss) >> 1, 1))
+        if c.stack.gso_max_size > 0:
+            segs = min(segs, (c.stack.gso_max_size - 1 - MAX_TCP_HEADER) // mss)
+        return max(segs, 1) * mss
+
+    def note_rwnd_limit(self, now: float) -> None:
+        """The end of Linux tcp_write_xmit: receive-window limited when the cwnd has room
+        but the next unsent MSS does not fit the peer's window (tcp_snd_wnd_test), for
+        tcpi_rwnd_limited."""
+        c = self.conn
+        unsent = c.snd_buf.end + 1 - c.snd_nxt
+        # tcp_write_xmit tests the cwnd first: a full cwnd is not a window limit.
+        if (unsent > 0 and c.in_flight + c.mss <= c.cc.cwnd
+                and c.snd_una + c.snd_wnd - c.snd_nxt < min(c.mss, unsent)):
+            self.chrono.start(CHRONO_RWND_LIMITED, now)
+        else:
+            self.chrono.stop(CHRONO_RWND_LIMITED, now, False)
+
+    def send_new_data(self, now: float) -> bool:
+        """Linux tcp_write_xmit: one packet per skb (or its head, tso_fragment), within the
+        windows; sender SWS avoidance, and Nagle (Minshall) or cork on the last skb only."""
+        c = self.conn
+        buf = c.snd_buf
         sent = False
         mss = c.mss
-        data_end = c.snd_buf.end + 1          # offset just past the last queued byte
+        data_end = buf.end + 1          # offset just past the last queued byte
         budget = self.xmit_budget               # tcp_push_one(): one skb's burst at most
+        limit = self.packet_limit()
         while True:
             nxt = c.snd_nxt
             avail = data_end - nxt
             fin_now = c.fin_queued and avail <= 0 and nxt == data_end
             if avail <= 0 and not fin_now:
                 break
-            wnd_right = c.snd_una + c.snd_wnd
-            wnd_room = wnd_right - nxt
-            # Linux counts packets: a fast-open child's unacknowledged SYN-ACK is not in its
-            # packets_out, so its sequence byte takes no room from the first flight's cwnd.
-            cwnd_room = c.cc.cwnd - c.in_flight + (1 if c.snd_una == 0 else 0)
+            # A fast-open child's unacknowledged SYN-ACK takes no room: Linux starts its
+            # snd_una after it (tcp_create_openreq_child), and counts packets for the cwnd.
+            syn_unacked = 1 if c.snd_una == 0 else 0
+            wnd_room = c.snd_una + syn_unacked + c.snd_wnd - nxt
+            cwnd_room = c.cc.cwnd - c.in_flight + syn_unacked
             if fin_now:
                 # A bare FIN is sent regardless of the windows' payload room.
                 return self.emit_new(now, nxt, 0, fin=True) or sent
             if cwnd_room <= 0 or wnd_room <= 0:
                 break
-            # With TSO the link cuts super-segments into MSS pieces (RFC 9293 §3.7.4 still
-            # holds on the wire); never with MD5, whose digest covers each segment.
-            limit = mss
-            if c.stack.gso_max_size > mss and c.md5_key is None:
-                limit = max(c.stack.gso_max_size // mss, 1) * mss
-            size = min(avail, limit, wnd_room, cwnd_room)
+            if nxt == c.snd_una and not sent and c.config.slow_start_after_idle:
+                # Queued data leaving after an idle period restarts the window too (the
+                # corpus' slow_start/slow-start-after-win-update.pkt: held by a zero window).
+                self.idle_restart(now)
+                cwnd_room = c.cc.cwnd - c.in_flight + syn_unacked
+                limit = self.packet_limit()
+            # A packet takes the skb at the send head and, as Linux 6.10+ tcp_grow_skb()
+            # pulls them in, the next ones up to an skb written with MSG_EOR.
+            skb_rest = min(buf.collapse_end(nxt - 1) + 1 - nxt, avail)
+            size = min(skb_rest, limit, wnd_room, cwnd_room)
+            if mss < size < skb_rest:
+                size -= size % mss     # tso_fragment cuts a GSO packet at whole segments
             if budget >= 0:
                 if budget == 0:
                     break
                 size = min(size, budget)
-            if size < mss and size < avail:
+            elif skb_rest > mss and limit > mss and self.tso_defer(now, nxt, skb_rest, wnd_room, cwnd_room):
+                break
+            if size < mss and size < skb_rest:
                 # Window-limited to a small segment: only if it is half the max window (SWS).
                 if size < c.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
                     if not (cwnd_room < mss and c.snd_nxt == c.snd_una):
                         break
-            if size < mss and size == avail and not self.force_push:
-                # A partial segment of all remaining data: Nagle/cork decide (RFC 896, Linux).
-                if self.corked or self.more_pending or self.mid_write:
+            if size == avail and size % mss and not self.force_push and (
+                    self.corked or self.more_pending or self.mid_write
+                    or (not self.nagle_off and self.snd_sml > c.snd_una and c.snd_nxt > c.snd_una)):
+                # A partial segment at the end of the last skb: Nagle/cork hold it (RFC 896;
+                # Linux tcp_nagle_test for the write queue's tail only, and
+                # tcp_mss_split_point, which sends the full segments before it).
+                if size < mss:
                     break
-                if not self.nagle_off and self.snd_sml > c.snd_una and c.snd_nxt > c.snd_una:
-                    break
+                size -= size % mss
             fin = c.fin_queued and nxt + size == data_end
-            # Linux marks PSH where a transmit burst ends: the end of the written data, or
-            # the last segment the windows let out now (what packetdrill sees of TSO skbs).
-            rest = avail - size
-            room_after = min(wnd_room, cwnd_room) - size
-            # Limited transmit (a dupack let one segment out, RFC 3042) sends no PSH in Linux.
-            # Inside a write the burst ends only where the windows stop it.
-            burst_end = c.recovery.ca_state == CA_OPEN and not self.more_pending \
-                and (room_after < mss if self.mid_write else rest <= 0 or room_after < min(mss, rest))
-            if not self.emit_new(now, nxt, size, fin=fin, push=burst_end):
+            if not self.emit_new(now, nxt, size, fin=fin):
                 break          # Linux tcp_write_xmit: a refused skb stays at the queue head
             sent = True
-            if budget > 0:
-                budget -= size
+            if budget >= 0:
+                budget = 0     # tcp_push_one(): tcp_write_xmit stops after one packet
             if size < mss:
                 self.snd_sml = nxt + size
         return sent
 
-    def emit_new(self, now: float, off: int, size: int, *, fin: bool, push: bool = False,
-                  force_psh: bool = False) -> bool:
+    def tso_defer(self, now: float, nxt: int, skb_len: int, send_win: int, cong_win: int) -> bool:
+        """Linux tcp_tso_should_defer(): hold a multi-segment skb for the ACK due within
+        min(1 ms, srtt/2), so that it leaves in one larger TSO packet, unless a full TSO
+        packet or a third of the window (tcp_tso_win_divisor 3) can go now."""
+        c = self.conn
+        rtx = c.recovery.rtx
+        srtt = c.rtt.srtt
+        if (c.recovery.ca_state >= CA_RECOVERY or self.data_sent_time < 0 or not rtx or not srtt
+                or now - self.data_sent_time > 0.001):     # bursts only right after a send
+            return False
+        room = min(send_win, cong_win)
+        if room >= self.tso_bytes():
+            return False
+        if nxt - 1 + skb_len < c.snd_buf.end and room >= skb_len:
+            return False                # the middle of the queue: nothing more will join it
+        if room >= min(c.snd_wnd, c.cc.cwnd) // 3:
+            return False
+        if rtx[0].tx_time + srtt - now > min(srtt / 2, 0.001):
+            return False                # the next ACK comes too late
+        if cong_win < send_win:
+            if cong_win <= skb_len:
+                return True             # cwnd-limited
+        elif send_win <= skb_len:
+            return True                 # rwnd-limited
+        # Application-limited: wait for more data, unless none may join (FIN, MSG_EOR).
+        return not (c.fin_queued and nxt - 1 + skb_len >= c.snd_buf.end) \
+            and not c.snd_buf.skb_flags(nxt - 1) & SKB_EOR
+
+    def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False) -> bool:
+        """Send new data [off, off+size) as one packet, made one skb (tcp_grow_skb merges
+        the skbs it covers, tso_fragment cuts the one it ends in), so PSH is the mark
+        (tcp_mark_push) of an skb it ends. Linux 6.18 also sets PSH on every multi-segment
+        GSO packet (seen on this machine's kernel by tools/kernel_psh_probe.py);
+        segmentation keeps it on the last segment only."""
         c = self.conn
         rec = c.recovery
         tm = c.timers
-        payload = c.snd_buf.views(off - 1, size) if size else []
+        buf = c.snd_buf
+        mss = c.mss
         flags = ACK
-        end_data = off - 1 + size
-        if size and (force_psh or (push and (self.mid_write or end_data <= self.push_end))
-                     or (end_data >= self.push_end > off - 1)):
-            # Linux pushes at the end of a write without MSG_MORE, and where a burst of such
-            # data ends; bytes written with MSG_MORE beyond that point never carry PSH.
+        start = off - 1
+        if size and (force_psh or size > mss or buf.packet_flags(start, start + size) & SKB_PSH):
             flags |= PSH
         if fin:
             flags |= FIN
         end = off + size + (1 if fin else 0)
-        if not self.emit(now, off, flags, payload, gso_size=c.mss if size > c.mss else 0):
-            return False       # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
+        if c.in_flight == 0 and self.data_sent_time >= 0:
+            c.cc.on_tx_start(now - self.data_sent_time, now)   # tcp_event_data_sent()
+        if size <= mss or c.stack.gso_max_size > 0:
+            payload = buf.views(start, size) if size else []
+            if not self.emit(now, off, flags, payload, gso_size=mss if size > mss else 0):
+                return False   # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
+        elif not self.emit_segmented(now, off, size, flags):
+            return False
+        if size:
+            buf.send_packet(start, start + size)   # tcp_grow_skb, tso_fragment
+            c.data_segs_out += -(-size // mss)
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off
         rec.rtx.append(SentSegment(off, end, fin, now))
         c.snd_nxt = end
         if end > c.snd_max:
             c.snd_max = end
-        if size:
-            c.data_segs_out += 1
         if tm.rto_deadline == INF:
             tm.rto_deadline = now + c.rtt.timeout
+        self.data_sent_time = now       # tcp_event_data_sent(): lsndtime
         if c.last_rcv_time and now - c.last_rcv_time < c.config.delack_min:
             c.rx.pingpong = True    # Linux tcp_event_data_sent: a reply soon after a receive
+        return True
+
+    def emit_segmented(self, now: float, off: int, size: int, flags: int) -> bool:
+        """Software GSO for a link that does not segment (Linux tcp_gso_segment): MSS
+        segments, PSH and FIN on the last one only; False if the first one was refused."""
+        mss = self.conn.mss
+        views = self.conn.snd_buf.views
+        pos = off
+        last = off + size
+        while pos < last:
+            n = min(mss, last - pos)
+            f = flags if pos + n == last else flags & ~(PSH | FIN)
+            if not self.emit(now, pos, f, views(pos - 1, n)) and pos == off:
+                return False
+            pos += n
         return True
 
     def check_space(self) -> None:
@@ -505,10 +629,11 @@ class Output:
         if not c.sock_nospace:
             return
         mem = c.stack.mem
-        if (not c.sndbuf_locked and c.in_flight < c.cc.cwnd
-                and not (mem.limit and mem.used >= mem.limit)):
+        if not c.sndbuf_locked and c.in_flight < c.cc.cwnd and not mem.under_pressure():
             self.sndbuf_expand()       # tcp_should_expand_sndbuf()
         c.write_space()
+        if not c.sock_nospace:
+            self.chrono.stop(CHRONO_SNDBUF_LIMITED, c.stack.now, False)   # tcp_check_space()
 
     def sndbuf_expand(self) -> None:
         """Linux tcp_sndbuf_expand(): room for two windows of worst-case skbs (one per MSS,
@@ -521,17 +646,21 @@ class Output:
         if c.sndbuf_limit < sndmem:
             c.sndbuf_limit = min(sndmem, c.config.wmem[2])
 
-    def write(self, data: Buffer, now: float, more: bool) -> int:
+    def write(self, data: Buffer, now: float, more: bool, eor: bool = False, pinned: bool = False,
+              tstamp: int = 0) -> int:
         """Copy ``data`` into the send buffer skb by skb (Linux tcp_sendmsg_locked), pushing
-        full skbs as Linux does (forced_push, tcp_push_one) and the rest at the end."""
+        full skbs as Linux does (forced_push, tcp_push_one) and the rest at the end
+        (tcp_push); ``eor`` (MSG_EOR) closes the last skb to later writes."""
         c = self.conn
         buf = c.snd_buf
         total = len(data)
         mem = c.stack.mem
         view = data if isinstance(data, memoryview) else memoryview(data)
-        owned = isinstance(data, bytes)
+        owned = pinned or isinstance(data, bytes)   # pinned: MSG_ZEROCOPY, kept until acked
         goal = self.size_goal()
         copied = 0
+        if total and not c.unsent_bytes:
+            self.chrono.start(CHRONO_BUSY, now)  # tcp_add_write_queue_tail() on an empty queue
         while copied < total:
             copy = buf.tail_room(goal)
             new_skb = copy <= 0
@@ -540,7 +669,8 @@ class Output:
                     c.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
                     break
                 copy = goal
-            copy = min(copy, total - copied, mem.room())
+                self.idle_restart(now)
+            copy = min(copy, total - copied, mem.send_room(buf.wmem_queued, c.config.wmem[0]))
             if copy <= 0:
                 c.mib["UsertcpSendMemLimited"] += 1
                 break
@@ -548,26 +678,20 @@ class Output:
                 chunk: Buffer = data if copy == total else view[copied:copied + copy]
             else:
                 chunk = bytes(view[copied:copied + copy])   # the caller may reuse a mutable buffer
+            if not new_skb and not copied:
+                buf.clear_push()   # tcp_sendmsg_locked: "if (!copied) tcp_flags &= ~TCPHDR_PSH"
             buf.append(chunk, new_skb=new_skb)
             copied += copy
             if copied < total and c.is_synchronized and buf.tail_room(goal) == 0:
-                # A full skb with more to copy: forced_push() marks PSH and pushes every
-                # half max window, else tcp_push_one() sends it when it is the send head.
-                forced = buf.end - self.push_end > c.max_snd_wnd >> 1
-                if forced:
-                    self.push_end = buf.end
-                if forced or buf.tail_is_send_head():
-                    self.mid_write = True
-                    self.more_pending = more
-                    self.xmit_budget = -1 if forced else self.tso_bytes()
-                    self.run(now)
-                    self.xmit_budget = -1
-                    self.mid_write = self.more_pending = False
-                    goal = self.size_goal()
+                goal = self._push_full_skb(now, more, goal)
         if copied <= 0:
             return 0
-        if not more:
-            self.push_end = buf.end
+        if eor and copied == total:
+            buf.mark_eor()
+        if c.errqueue is not None and (tstamp > 1 or (tstamp and copied == total)):
+            c.errqueue.mark_write()    # tcp_tx_timestamp(), before the final tcp_push
+        if not more or self.forced_push():
+            self.mark_pushed()        # tcp_push(): tcp_mark_push() on the tail skb
         if c.is_synchronized:
             # MSG_MORE holds a partial segment for this call's push only (Linux tcp_push with
             # TCP_NAGLE_CORK); a later ACK-clocked transmission sends it as Nagle allows.
@@ -576,3 +700,40 @@ class Output:
             self.more_pending = False
         return copied
 
+    def _push_full_skb(self, now: float, more: bool, goal: int) -> int:
+        """A full skb with more to copy: forced_push() marks PSH and pushes every half max
+        window, else tcp_push_one() sends it when it is the send head. Returns the size goal
+        the write continues with."""
+        forced = self.forced_push()
+        if forced:
+            self.mark_pushed()
+        if not forced and not self.conn.snd_buf.tail_is_send_head():
+            return goal
+        self.mid_write = True
+        self.more_pending = more
+        self.xmit_budget = -1 if forced else self.tso_bytes()
+        self.run(now)
+        self.xmit_budget = -1
+        self.mid_write = self.more_pending = False
+        return self.size_goal()
+
+    def idle_restart(self, now: float) -> None:
+        """Linux tcp_slow_start_after_idle_check(), as tcp_skb_entail() queues a new skb:
+        with nothing outstanding and no data sent for an RTO, restart the window."""
+        c = self.conn
+        if not c.config.slow_start_after_idle or c.snd_nxt > c.snd_una or self.data_sent_time < 0:
+            return
+        idle = now - self.data_sent_time
+        rto = c.rtt.timeout
+        if idle > rto:
+            c.cc.restart_after_idle(idle, rto, c.recovery.ca_state in (CA_CWR, CA_RECOVERY))
+
+    def forced_push(self) -> bool:
+        """Linux forced_push(): half the peer's largest window written since the last push."""
+        return self.conn.snd_buf.end - self.push_end > self.conn.max_snd_wnd >> 1
+
+    def mark_pushed(self) -> None:
+        """Linux tcp_mark_push(): PSH on the last skb, pushed_seq = write_seq."""
+        buf = self.conn.snd_buf
+        buf.mark_push()
+        self.push_end = buf.end

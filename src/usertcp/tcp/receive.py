@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify
+from usertcp.tcp.buffers import truesize
 from usertcp.tcp.output import MAX_WINDOW
-from usertcp.tcp.recovery import CA_OPEN, ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
+from usertcp.tcp.recovery import ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
+from usertcp.tcp.wakeup import KEY_READABLE
 from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, SYN, Segment
 
 if TYPE_CHECKING:
@@ -25,11 +28,12 @@ if TYPE_CHECKING:
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "ce_state", "conn", "dsack", "pingpong", "quickack")
+    __slots__ = ("ack_now", "ack_pending", "ce_state", "conn", "dsack", "lrcvtime", "pingpong", "quickack")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
         self.ack_pending = 0           # bytes received and not yet acknowledged
+        self.lrcvtime = -1.0           # when data last arrived (Linux icsk_ack.lrcvtime)
         self.quickack = quickack       # ACKs still to send at once (Linux icsk_ack.quick)
         self.pingpong = False          # interactive mode: ACKs ride on replies (Linux)
         self.dsack: tuple[int, int] | None = None   # a duplicate range to report (RFC 2883)
@@ -49,6 +53,7 @@ class Receive:
         nxt = c.rcv_nxt
         if plen:
             c.data_segs_in += 1
+            self.lrcvtime = now        # tcp_event_data_recv(): icsk_ack.lrcvtime
         # Trim what was already received (RFC 9293 §3.10.7.4 "trim").
         if seg_off < nxt:
             cut = nxt - seg_off
@@ -73,7 +78,8 @@ class Receive:
             fin = False
             mib["UsertcpBeyondWindow"] += 1
         mem = c.stack.mem
-        if plen and mem.limit and mem.used + plen > mem.limit:
+        if plen and not mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
+                                         c.config.rmem[0]):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
             # ACK restates what we have, and the peer retransmits when memory frees.
             mib["TcpExtTCPRcvQDrop"] += 1
@@ -126,9 +132,9 @@ class Receive:
         elif plen or immediate:
             self.schedule_ack(now, immediate=immediate, length=plen)
         if fin or plen:
-            c.sk_wakeups += 1     # sk_data_ready() wakes the wait queue, writers too
+            c.wake(KEY_READABLE)  # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
-            c.on_readable(c)
+            notify(c, c.on_readable)
 
     def ecn_check_ce(self, ecn: int, now: float) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
@@ -226,6 +232,13 @@ class Receive:
             c.tx.send_ack(now)
             c.reschedule()
 
+    def fast_ts_recent(self, ts_val: int, now: float) -> None:
+        """RFC 7323 §4.3 for a predicted segment (SEQ = RCV.NXT, PAWS already passed)."""
+        c = self.conn
+        if ts_val >= 0 and c.rcv_nxt <= c.last_ack_sent and not (ts_val - c.ts_recent) & 0x80000000:
+            c.ts_recent = ts_val
+            c.ts_recent_time = now
+
     def fast_data(self, payload: memoryview, ts_val: int, ts_ecr: int, now: float, ecn: int = 0) -> None:
         """Predicted in-order data with the ACK unchanged: the slow path's effects, no more.
 
@@ -235,29 +248,15 @@ class Receive:
         tm = c.timers
         rec = c.recovery
         c.segs_in += 1
+        self.fast_ts_recent(ts_val, now)
         seg_off = c.rcv_nxt
-        if ts_val >= 0 and seg_off <= c.last_ack_sent and not (ts_val - c.ts_recent) & 0x80000000:
-            c.ts_recent = ts_val
-            c.ts_recent_time = now
         if seg_off > c.snd_wl1 or (seg_off == c.snd_wl1 and c.snd_una == c.snd_wl2):
             c.snd_wl1 = seg_off
             c.snd_wl2 = c.snd_una
             if c.snd_wnd and tm.probe_deadline != INF:
                 tm.probe_deadline = INF
                 tm.probes_out = 0
-        plen = len(payload)
-        c.last_rcv_time = now
-        c.data_segs_in += 1
-        self.grow_window(plen)
-        if c.ecn_flags:
-            self.ecn_check_ce(ecn, now)
-        c.rcv_buf.append(payload)
-        c.rcv_nxt = seg_off + plen
-        c.bytes_received += plen
-        self.schedule_ack(now, length=plen)
-        c.sk_wakeups += 1             # sk_data_ready()
-        if c.on_readable is not None:
-            c.on_readable(c)
+        self._fast_queue(payload, now, ecn)
         # output() has work only for these conditions; otherwise it would change nothing.
         if (self.ack_now or rec.lost_bytes or c.keepalive or tm.probe_deadline != INF
                 or c.snd_nxt <= c.snd_buf.end + (1 if c.fin_queued else 0)
@@ -265,13 +264,64 @@ class Receive:
             c.tx.run(now)
         c.reschedule()
 
+    def fast_data_ack(self, ack_off: int, payload: memoryview, ts_val: int, ts_ecr: int, now: float,
+                      ecn: int = 0) -> None:
+        """Predicted in-order data whose ACK advances SND.UNA (Linux tcp_rcv_established queues
+        it, then calls tcp_ack with FLAG_DATA); the effects in the slow path's order, the
+        ACK first, then the data, so both paths stay byte-identical."""
+        c = self.conn
+        c.segs_in += 1
+        self.fast_ts_recent(ts_val, now)
+        c.recovery.fast_ack_advance(ack_off, ts_val, ts_ecr, now)
+        self._fast_queue(payload, now, ecn)
+        if c.state is not State.CLOSED:
+            c.tx.run(now)
+            c.tx.check_space()
+        c.reschedule()
+
+    def _fast_queue(self, payload: memoryview, now: float, ecn: int) -> None:
+        """In-order data at RCV.NXT with room known (Linux tcp_queue_rcv + tcp_event_data_recv)."""
+        c = self.conn
+        plen = len(payload)
+        c.last_rcv_time = now
+        c.data_segs_in += 1
+        self.lrcvtime = now
+        self.grow_window(plen)
+        if c.ecn_flags:
+            self.ecn_check_ce(ecn, now)
+        c.rcv_buf.append(payload)
+        c.rcv_nxt += plen
+        c.bytes_received += plen
+        self.schedule_ack(now, length=plen)
+        c.wake(KEY_READABLE)          # sk_data_ready()
+        if c.on_readable is not None:
+            notify(c, c.on_readable)
+
+    def predicted(self, seg: Segment, now: float) -> None:
+        """A predicted segment that needs the full ACK processing: a duplicate ACK, or any
+        segment while recovering or SACK state is held (Linux's fast path hands these to
+        tcp_ack as well). What the prediction proved is skipped (ESTABLISHED, SEQ = RCV.NXT,
+        flags ACK[|PSH], window unchanged, PAWS passed, SND.UNA <= SEG.ACK <= SND.NXT, room
+        for the data); the rest is the slow path's (RFC 9293 §3.10.7.4 fifth to seventh)."""
+        c = self.conn
+        c.segs_in += 1
+        self.fast_ts_recent(seg.ts_val, now)
+        seg_off = c.rcv_nxt
+        c.recovery.on_ack(seg, c.snd_off(seg.ack), seg_off, now)
+        if len(seg.payload) and c.state in RECEIVING:
+            self.data_arrives(seg, seg_off, now)
+        if c.state is not State.CLOSED:
+            c.tx.run(now)
+            c.tx.check_space()
+        c.reschedule()
+
     def update_prediction(self) -> None:
         """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
         c = self.conn
-        rec = c.recovery
+        # Recovery and SACK state do not turn it off: Linux's fast path runs tcp_ack on
+        # every predicted segment, and ``predicted`` does the full ACK processing then.
         if (c.state is State.ESTABLISHED and c.config.header_prediction and c.ooo.empty
-                and rec.ca_state == CA_OPEN and not rec.sacked_bytes and not rec.lost_bytes
-                and not rec.reno_dupacks and not c.closed_by_app and c.rcv_adv > c.rcv_nxt
+                and not c.closed_by_app and c.rcv_adv > c.rcv_nxt
                 and c.rcvbuf_limit > len(c.rcv_buf)
                 and (c.md5_key is None or c.config.md5_fast_path)):
             hdr_len = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.appguard import notify
 from usertcp.tcp.rtx_queue import RtxQueue, SentSegment
 from usertcp.tcp.states import State
 from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
@@ -37,12 +38,13 @@ class Recovery:
 
     __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
                  "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
-                 "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reordering",
-                 "retrans_bytes", "rtx", "sacked_bytes")
+                 "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reord_seen",
+                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes")
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
         self.rtx = RtxQueue()           # sent and not cumulatively acked, in order
+        self.rtx_hint = 0               # no record below this offset waits to be retransmitted
         self.sacked_bytes = 0
         self.lost_bytes = 0
         self.retrans_bytes = 0
@@ -63,6 +65,8 @@ class Recovery:
         self.fack_prior = -1           # rack_fack before the ACK being processed
         self.rack_reord = False        # reordering seen (RACK.reord)
         self.reordering = reordering   # tp->reordering, in segments (tcpi_reordering)
+        self.reord_seen = 0            # reordering events (tcpi_reord_seen)
+        self.reord_seen_in = -1        # segs_in of the ACK that counted the last one
 
     def trace_ca(self, old: int, trigger: str, now: float) -> None:
         """Congestion state and window changes for the event trace."""
@@ -115,29 +119,117 @@ class Recovery:
                     else:
                         a, b = lo, hi
                     if r.start < a:
-                        rtx.insert(i + 1, r.split(a))
+                        if self.split_record(i, a) is None:
+                            break          # Linux tcp_sacktag_walk: a failed split ends the block
                         i += 1
                         continue
-                    if r.end > b:
-                        rtx.insert(i + 1, r.split(b))
-                    n = r.end - r.start
-                    r.sacked = True
-                    self.sacked_bytes += n
-                    c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
-                    if r.lost:
-                        self.lost_bytes -= n
-                        r.lost = False
-                    if r.retrans:
-                        self.retrans_bytes -= n
-                        r.retrans = False
-                    if r.end > self.high_sacked:
-                        self.high_sacked = r.end
-                    self.rack_note(r, now)
+                    if r.end > b and self.split_record(i, b) is None:
+                        break
+                    self._tag_sacked(r, now)
                     new = True
-                    if r.tx_count == 1 and not c.ts_ok:
-                        c.rtt.on_sample(max(now - r.tx_time, 1e-6))
+                    i = self._merge_sacked(i)
                 i += 1
         return new
+
+    def _tag_sacked(self, r: SentSegment, now: float) -> None:
+        """Linux tcp_sacktag_one: ``r`` is newly SACKed; it stops counting as lost or
+        retransmitted, and is a delivery for RACK and (without timestamps) an RTT sample."""
+        c = self.conn
+        n = r.end - r.start
+        r.sacked = True
+        self.rtx.unlink_sent(r)
+        self.sacked_bytes += n
+        c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
+        if r.lost:
+            self.lost_bytes -= n
+            r.lost = False
+        if r.retrans:
+            self.retrans_bytes -= n
+            r.retrans = False
+        if r.end > self.high_sacked:
+            self.high_sacked = r.end
+        self.rack_note(r, now)
+        if r.tx_count == 1 and not c.ts_ok:
+            c.rtt.on_sample(max(now - r.tx_time, 1e-6))
+
+    def _merge_sacked(self, i: int) -> int:
+        """Fold the just-SACKed record at ``i`` into SACKed neighbours it touches, so that a
+        SACKed range is one record and a block repeated in later ACKs costs a lookup, not a
+        walk (Linux tcp_shift_skb_data / tcp_shifted_skb collapse SACKed skbs). Returns the
+        record's new position."""
+        rtx = self.rtx
+        r = rtx[i]
+        if i + 1 < len(rtx):
+            nxt = rtx[i + 1]
+            if nxt.sacked and nxt.start == r.end:
+                r.end, r.fin = nxt.end, nxt.fin
+                rtx.remove(i + 1)
+        if i > 0:
+            prev = rtx[i - 1]
+            if prev.sacked and prev.end == r.start:
+                prev.end, prev.fin = r.end, r.fin
+                rtx.remove(i)
+                return i - 1
+        return i
+
+    def split_record(self, index: int, at: int) -> SentSegment | None:
+        """Cut the queued record at ``index`` at offset ``at`` and return the tail, or None if
+        Linux tcp_fragment would refuse it for memory (counted as TcpExtTCPWqueueTooBig). The
+        send buffer's skb is cut there too: each piece is charged to sk_wmem_queued."""
+        c = self.conn
+        if self.rtx.split_refused(index, c.snd_buf.wmem_queued, c.sndbuf_limit):
+            c.mib["TcpExtTCPWqueueTooBig"] += 1
+            return None
+        c.snd_buf.split(at - 1)          # offset 1 is data byte 0
+        return self.rtx.split(index, at)
+
+    def timeout_mark_lost(self) -> None:
+        """Linux tcp_timeout_mark_lost at an RTO: everything not SACKed is lost. A SACKed head
+        means the receiver reneged (RFC 2018 §8): forget every SACK mark, and retransmit from
+        SND.UNA."""
+        c = self.conn
+        rtx = self.rtx
+        reneged = bool(rtx) and rtx[0].sacked
+        if reneged:
+            c.mib["TcpExtTCPSACKReneging"] += 1
+            self.sacked_bytes = 0
+        lost = 0
+        for r in rtx:
+            if reneged:
+                r.sacked = False
+            r.retrans = False
+            if not r.sacked:
+                r.lost = True
+                lost += r.end - r.start
+        self.retrans_bytes = 0
+        self.lost_bytes = lost
+        self.rtx_hint = 0
+
+    def first_to_retransmit(self) -> int:
+        """Position of the first record that is lost and neither SACKed nor retransmitted
+        (``len(rtx)`` if none), resuming from where the last search stopped, as Linux
+        tcp_xmit_retransmit_queue starts at tp->retransmit_skb_hint."""
+        rtx = self.rtx
+        i = rtx.index_ending_after(self.rtx_hint)
+        n = len(rtx)
+        while i < n:
+            r = rtx[i]
+            if r.lost and not r.retrans and not r.sacked:
+                self.rtx_hint = r.start
+                return i
+            i += 1
+        if n:
+            self.rtx_hint = rtx[n - 1].end
+        return n
+
+    def mark_head_lost(self) -> None:
+        """Linux tcp_mark_head_lost(sk, 1, 1) without SACK: one segment is lost, cut from
+        the head skb when that holds several (tcp_fragment)."""
+        r = self.rtx[0]
+        if r.end - r.start - (1 if r.fin else 0) > self.conn.mss \
+                and self.split_record(0, r.start + self.conn.mss) is None:
+            return                       # tcp_fragment refused: Linux breaks out unmarked
+        self.mark_lost(r)
 
     def mark_lost(self, r: SentSegment) -> None:
         c = self.conn
@@ -145,6 +237,8 @@ class Recovery:
             return
         n = r.end - r.start
         r.lost = True
+        if r.start < self.rtx_hint:
+            self.rtx_hint = r.start
         self.lost_bytes += n
         if c.stack.tracer is not None:
             c.stack.trace(c, "tcp:packet_lost", {
@@ -180,6 +274,10 @@ class Recovery:
             if r.tx_count == 1:
                 # Delivered below what was already delivered, never retransmitted: reordering.
                 self.rack_reord = True
+                if self.reord_seen_in != c.segs_in:
+                    # Linux tcp_check_sack_reordering: tp->reord_seen++, once per ACK.
+                    self.reord_seen += 1
+                    self.reord_seen_in = c.segs_in
                 dist = -(-(self.rack_fack - r.start) // max(c.mss, 1))
                 if dist > self.reordering:
                     self.reordering = min(dist, 300)       # Linux caps at tcp_max_reordering
@@ -205,20 +303,31 @@ class Recovery:
         reo = self.rack_reo_wnd()
         xts, xend = self.rack_xmit_ts, self.rack_end
         wait = INF
-        for r in self.rtx:
+        rtx = self.rtx
+        # Linux tcp_rack_detect_loss walks tsorted_sent_queue, oldest sent first: SACKed
+        # records and those RACK marked lost are not in it.
+        r = rtx.sent_first
+        while r is not None:
+            nxt = r.sent_next
             if r.sacked or (r.lost and not r.retrans):
-                continue
+                r = nxt
+                continue                 # lost at an RTO, not yet resent
             if r.tx_time > xts or (r.tx_time == xts and r.end >= xend):
-                continue                 # not sent before the latest delivered segment
+                break                    # this one and all later were sent after the latest delivered
             remaining = r.tx_time + self.rack_rtt + reo - now
-            if remaining <= 1e-9:
-                if r.lost:               # a lost retransmission: eligible again
-                    r.retrans = False
-                    self.retrans_bytes -= r.end - r.start
-                else:
-                    self.mark_lost(r)
-            elif remaining < wait:
+            if remaining > 1e-9:
+                # Sent no earlier than this one, every later record waits at least as long.
                 wait = remaining
+                break
+            if r.lost:                   # a lost retransmission: eligible again
+                r.retrans = False
+                self.retrans_bytes -= r.end - r.start
+                if r.start < self.rtx_hint:
+                    self.rtx_hint = r.start
+            else:
+                self.mark_lost(r)
+            rtx.unlink_sent(r)
+            r = nxt
         # Linux adds TCP_TIMEOUT_MIN (2 ms) to the reordering timer.
         c.timers.rack_deadline = now + wait + 0.002 if wait != INF else INF
 
@@ -226,13 +335,15 @@ class Recovery:
         """RFC 6675 §4 IsLost: DupThresh SACKed segments, or more than (DupThresh-1)*SMSS bytes, above."""
         c = self.conn
         thresh = c.config.reordering
-        limit = (thresh - 1) * c.mss
+        mss = max(c.mss, 1)
+        limit = (thresh - 1) * mss
         sacked_above = 0
         sacked_segs = 0
         for r in reversed(self.rtx):
             if r.sacked:
-                sacked_above += r.end - r.start
-                sacked_segs += 1
+                n = r.end - r.start
+                sacked_above += n
+                sacked_segs += -(-n // mss)      # in segments: SACKed records are merged
             elif (sacked_segs >= thresh or sacked_above > limit) and not r.lost and not r.retrans:
                 self.mark_lost(r)
 
@@ -364,6 +475,12 @@ class Recovery:
                 self._duplicate_ack(sack_new, now)
             elif sack_new:
                 self.detect_losses(now)
+            if (newly_sacked and self.reordering > c.config.reordering and not self.lost_bytes
+                    and self.ca_state in (CA_OPEN, CA_DISORDER)):
+                # Linux tcp_may_raise_cwnd: once reordering was seen, a SACK-only delivery
+                # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
+                c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
+                            app_limited=not c.cc.is_cwnd_limited())
         if ack_off > prior_una or newly_sacked:
             # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
             c.cc.on_ack_event(c.delivered_segs, ece, ack_off, c.snd_max)
@@ -395,7 +512,7 @@ class Recovery:
                 # RFC 6582 §3.2 step 5: a partial ACK retransmits the next hole.
                 self.reno_dupacks = max(self.reno_dupacks - acked // max(c.mss, 1), 0)
                 if self.rtx and not self.rtx[0].lost:
-                    self.mark_lost(self.rtx[0])
+                    self.mark_head_lost()
         elif self.ca_state == CA_DISORDER and not self.sacked_bytes and not self.reno_dupacks:
             self.ca_state = CA_OPEN
         elif self.ca_state == CA_CWR and ack_off > self.recover:
@@ -422,7 +539,7 @@ class Recovery:
             # held during fast recovery (RFC 6675 §5).
             c.cc.on_ack(self.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
                         prior_in_flight,
-                        app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
+                        app_limited=not c.cc.is_cwnd_limited())
 
     def _duplicate_ack(self, sack_new: bool, now: float) -> None:
         """RFC 5681 §2 duplicate ACK: NewReno dupack counting without SACK (RFC 6582), loss
@@ -439,7 +556,7 @@ class Recovery:
             if self.ca_state != CA_CWR:
                 self.ca_state = CA_DISORDER
             if self.dupacks >= c.config.reordering and self.rtx:
-                self.mark_lost(self.rtx[0])
+                self.mark_head_lost()
                 self.enter_recovery(now)
         elif self.ca_state == CA_RECOVERY:
             self.reno_dupacks = min(self.reno_dupacks + 1, self.outstanding_segments())
@@ -489,6 +606,8 @@ class Recovery:
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
             c.snd_buf.release(data_end)
+        if c.errqueue is not None:
+            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.snd_una = ack_off
         if c.snd_nxt < ack_off:
             c.snd_nxt = ack_off
@@ -501,7 +620,7 @@ class Recovery:
         # Bytes acked here that were not SACKed before (the SYN/FIN are not in rtx).
         self.acked_unsacked = acked_unsacked
         if c.on_writable is not None and data_end > 0:
-            c.on_writable(c)
+            notify(c, c.on_writable)
         # RFC 6298 §5.2/5.3: restart or stop the retransmission timer; §5.7 resets backoff.
         c.rtt.reset_backoff()
         tm.retransmits = 0
@@ -528,18 +647,32 @@ class Recovery:
             self.recover = c.snd_max
         return marked
 
+    @property
+    def ack_state_plain(self) -> bool:
+        """No recovery, SACK or dupack state: an ACK's whole effect is SND.UNA advancing, which
+        is what :meth:`fast_ack_advance` implements. Header prediction hands any other
+        predicted segment to the full ACK processing (Linux's fast path calls tcp_ack too)."""
+        return self.ca_state == CA_OPEN and not self.sacked_bytes and not self.lost_bytes \
+            and not self.reno_dupacks
+
     def fast_ack(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
         """Predicted pure ACK of new data: the slow path's effects for exactly this case."""
         c = self.conn
-        tx = c.tx
-        tm = c.timers
         c.segs_in += 1
-        seg_off = c.rcv_nxt
-        if ts_val >= 0 and seg_off <= c.last_ack_sent and not (ts_val - c.ts_recent) & 0x80000000:
-            c.ts_recent = ts_val
-            c.ts_recent_time = now
+        c.rx.fast_ts_recent(ts_val, now)
+        self.fast_ack_advance(ack_off, ts_val, ts_ecr, now)
+        if c.state is not State.CLOSED:
+            c.tx.run(now)
+            c.tx.check_space()
+        c.reschedule()
+
+    def fast_ack_advance(self, ack_off: int, ts_val: int, ts_ecr: int, now: float) -> None:
+        """SND.UNA advances, window unchanged, plain ACK state (Linux tcp_ack's fast branch):
+        what :meth:`on_ack` does for exactly this case."""
+        c = self.conn
+        tm = c.timers
         prior_in_flight = c.in_flight
-        c.snd_wl1 = seg_off
+        c.snd_wl1 = c.rcv_nxt
         c.snd_wl2 = ack_off
         if c.snd_wnd and tm.probe_deadline != INF:
             tm.probe_deadline = INF
@@ -550,9 +683,4 @@ class Recovery:
         tm.tlp_deadline = INF
         tm.arm_tlp(now)
         c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
-                       app_limited=prior_in_flight < c.cc.cwnd - 2 * c.mss and not c.unsent_bytes)
-        if c.state is not State.CLOSED:
-            tx.run(now)
-            tx.check_space()
-        c.reschedule()
-
+                    app_limited=not c.cc.is_cwnd_limited())

@@ -6,6 +6,11 @@ SACK processing finds the first record a block touches in logarithmic time
 head for each block is what made crafted SACKs a CPU denial of service (CVE-2019-11478,
 CVE-2019-5599). Here the records sit in a list ordered by offset, found by bisection over
 their end offsets; acknowledged records leave from the head without moving the rest.
+
+Beside the offset order, the records still waiting for RACK (RFC 8985) are linked in the
+order they were last sent, as Linux's ``tsorted_sent_queue``: a SACKed record, or one RACK
+marked lost, leaves that list; a retransmitted one moves to its tail. RACK then walks only
+the oldest-sent records, and stops at the first one it must wait for.
 """
 
 from __future__ import annotations
@@ -20,13 +25,23 @@ _COMPACT_AT = 64
 
 _END = attrgetter("end")
 
+# Linux tcp_fragment's allowance over sk_sndbuf before it refuses to split a queued skb
+# (CVE-2019-11478): 2 * SKB_TRUESIZE(GSO_LEGACY_MAX_SIZE), a 64 KiB payload plus the
+# cache-aligned sk_buff (256) and skb_shared_info (320).
+FRAGMENT_ALLOWANCE = 2 * (65536 + 256 + 320)
+
 
 class SentSegment:
     """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
 
-    __slots__ = ("end", "fin", "first_tx", "lost", "retrans", "sacked", "start", "tx_count", "tx_time")
+    __slots__ = ("end", "fin", "first_tx", "lost", "retrans", "sacked", "sent_next", "sent_prev",
+                 "start", "tx_count", "tx_time")
 
     def __init__(self, start: int, end: int, fin: bool, now: float) -> None:
+        # Neighbours in send-time order (Linux tcp_tsorted_anchor); None on both sides when
+        # not linked, unless it is the queue's only linked record (RtxQueue.sent_first).
+        self.sent_prev: SentSegment | None = None
+        self.sent_next: SentSegment | None = None
         self.start = start
         self.end = end
         self.fin = fin
@@ -52,11 +67,13 @@ class RtxQueue:
     """Sent records ordered by offset, with positional access relative to the head (index 0
     is the oldest unacknowledged record) and bisection by offset (Linux tcp_rtx_queue)."""
 
-    __slots__ = ("_head", "_segs")
+    __slots__ = ("_head", "_segs", "sent_first", "sent_last")
 
     def __init__(self) -> None:
         self._segs: list[SentSegment] = []
         self._head = 0              # records before this index are acknowledged and gone
+        self.sent_first: SentSegment | None = None    # oldest in send-time order
+        self.sent_last: SentSegment | None = None
 
     def __len__(self) -> int:
         return len(self._segs) - self._head
@@ -83,12 +100,18 @@ class RtxQueue:
             yield segs[i]
 
     def append(self, record: SentSegment) -> None:
-        """A newly transmitted range, above every queued one."""
+        """A newly transmitted range, above every queued one (and the latest sent)."""
         self._segs.append(record)
+        self._link_after(self.sent_last, record)
 
     def insert(self, index: int, record: SentSegment) -> None:
-        """Put ``record`` at position ``index`` (a split's tail goes right after its head)."""
+        """Put the tail of a split at position ``index``, right after its head; in send-time
+        order it follows the head too (sent with it), if the head is still there."""
         self._segs.insert(self._head + index, record)
+        if index > 0:
+            prev = self._segs[self._head + index - 1]
+            if self._linked(prev):
+                self._link_after(prev, record)
 
     def popleft(self) -> SentSegment:
         """Remove and return the oldest record (it was cumulatively acknowledged)."""
@@ -97,6 +120,7 @@ class RtxQueue:
         if head >= len(segs):
             raise IndexError("pop from an empty retransmission queue")
         record = segs[head]
+        self.unlink_sent(record)
         head += 1
         if head >= _COMPACT_AT and 2 * head >= len(segs):
             del segs[:head]
@@ -105,11 +129,74 @@ class RtxQueue:
         return record
 
     def clear(self) -> None:
+        for i in range(self._head, len(self._segs)):
+            r = self._segs[i]
+            r.sent_prev = r.sent_next = None
         self._segs.clear()
         self._head = 0
+        self.sent_first = self.sent_last = None
+
+    def remove(self, index: int) -> SentSegment:
+        """Take the record at ``index`` out (merged into a neighbour)."""
+        record = self._segs.pop(self._head + index)
+        self.unlink_sent(record)
+        return record
+
+    # ------------------------------------------------------------ send-time order
+
+    def _linked(self, r: SentSegment) -> bool:
+        return r.sent_prev is not None or self.sent_first is r
+
+    def _link_after(self, anchor: SentSegment | None, r: SentSegment) -> None:
+        nxt = self.sent_first if anchor is None else anchor.sent_next
+        r.sent_prev = anchor
+        r.sent_next = nxt
+        if anchor is None:
+            self.sent_first = r
+        else:
+            anchor.sent_next = r
+        if nxt is None:
+            self.sent_last = r
+        else:
+            nxt.sent_prev = r
+
+    def unlink_sent(self, r: SentSegment) -> None:
+        """``r`` no longer waits for RACK: SACKed, acknowledged or marked lost (Linux
+        list_del_init of its tcp_tsorted_anchor)."""
+        if not self._linked(r):
+            return
+        prev, nxt = r.sent_prev, r.sent_next
+        if prev is None:
+            self.sent_first = nxt
+        else:
+            prev.sent_next = nxt
+        if nxt is None:
+            self.sent_last = prev
+        else:
+            nxt.sent_prev = prev
+        r.sent_prev = r.sent_next = None
+
+    def sent_again(self, r: SentSegment) -> None:
+        """``r`` was just retransmitted: it is now the latest sent (Linux
+        tcp_update_skb_after_send moves it to the tail of tsorted_sent_queue)."""
+        self.unlink_sent(r)
+        self._link_after(self.sent_last, r)
 
     def index_ending_after(self, offset: int) -> int:
         """Position of the first record whose end lies above ``offset`` (``len(self)`` if
         none): the first record a SACK block starting at ``offset`` can touch, found by
         bisection as Linux tcp_sacktag_bsearch walks the rb-tree."""
         return bisect_right(self._segs, offset, self._head, len(self._segs), key=_END) - self._head
+
+    def split(self, index: int, at: int) -> SentSegment:
+        """Cut the record at position ``index`` at offset ``at``; the tail, which keeps the
+        transmission history, is queued right after it and returned (Linux tcp_fragment)."""
+        tail = self[index].split(at)
+        self.insert(index + 1, tail)
+        return tail
+
+    def split_refused(self, index: int, wmem_queued: int, sndbuf: int) -> bool:
+        """Linux tcp_fragment's memory check: with half of sk_wmem_queued over sk_sndbuf plus
+        the allowance, only the first and the last record may still be split, so that a peer
+        cannot cut the queue into tiny pieces without bound (CVE-2019-11478)."""
+        return (wmem_queued >> 1) > sndbuf + FRAGMENT_ALLOWANCE and 0 < index < len(self) - 1

@@ -14,13 +14,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from usertcp.tcp import fastopen, syncookies
-from usertcp.tcp.buffers import MemAccount
+from usertcp.tcp.appguard import notify_listener
+from usertcp.tcp.buffers import MemAccount, truesize
+from usertcp.tcp.challenge import ChallengeAckBudget
 from usertcp.tcp.config import TFO_SERVER_ENABLE, TFO_SERVER_WO_SOCKOPT1, StackConfig
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
 from usertcp.tcp.host import FeatureHooks
 from usertcp.tcp.icmp_errors import icmp_arrives
+from usertcp.tcp.martians import martian_source
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.icmp import IPPROTO_ICMP, IPPROTO_ICMPV6, parse_icmp
@@ -62,7 +65,7 @@ class Listener:
         self.fastopen_key: bytes | None = None          # TCP_FASTOPEN_KEY (None: the sysctl key)
         self.fastopen_backup_key: bytes | None = None
         self.tfo_children: set[Connection] = set()      # TFO children, accepted before the 3rd ACK
-        self.preload: bytes = b""         # MSG_PRELOAD: sent on every connection accepted from now on
+        self.preload: bytes = b""         # MSG_PRELOAD: sent on every later passive connection
         self.options: dict[str, Any] = {}  # socket options inherited by children
         self.on_accept_ready: Callable[[Listener], None] | None = None
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG on the listening socket
@@ -81,17 +84,32 @@ class Listener:
 
     # ---------------------------------------------------------- preload / TFO
 
-    def set_preload(self, data: bytes, now: float) -> int:
-        """send(MSG_PRELOAD): data sent on every connection whose SYN arrives from now on.
+    def append_preload(self, data: bytes, now: float) -> int:
+        """send(MSG_PRELOAD): append to the data sent on every later passive connection.
 
-        At most ``fastopen.PRELOAD_MAX`` (64 KiB) bytes, else EMSGSIZE; empty clears it.
-        Connections already in the handshake keep the snapshot taken at their SYN.
+        As the patch series (patch 1 fills the tail of the listener's write queue), successive
+        writes append. At most ``fastopen.PRELOAD_MAX`` (64 KiB) in all, else EMSGSIZE and
+        nothing is appended. Which connections see it: the snapshot rule in ``fastopen``.
+        """
+        if self.closed:
+            raise OSError(errno.EPIPE, "listener closed")
+        if not data:
+            return 0                      # Linux tcp_sendmsg: a zero-length write does nothing
+        if len(self.preload) + len(data) > fastopen.PRELOAD_MAX:
+            raise OSError(errno.EMSGSIZE, f"preload is limited to {fastopen.PRELOAD_MAX} bytes")
+        self.set_preload(self.preload + bytes(data), now)
+        return len(data)
+
+    def set_preload(self, data: bytes, now: float) -> int:
+        """Replace the preload at once (setsockopt TCP_PRELOAD, a usertcp extension); empty
+        clears it. At most ``fastopen.PRELOAD_MAX`` (64 KiB) bytes, else EMSGSIZE.
+        Connections that already took their snapshot keep it.
         """
         if self.closed:
             raise OSError(errno.EPIPE, "listener closed")
         if len(data) > fastopen.PRELOAD_MAX:
             raise OSError(errno.EMSGSIZE, f"preload is limited to {fastopen.PRELOAD_MAX} bytes")
-        self.preload = bytes(data)        # immutable: children share it by reference
+        self.preload = bytes(data)        # a new immutable object: snapshots share it by reference
         if data:
             fastopen.install(self.stack)
         return len(data)
@@ -182,11 +200,11 @@ class Stack:
         self._timer_seq = 0
         self._isn = IsnGenerator(self.config.isn_secret)
         self._next_port = EPHEMERAL_PORTS[0]
-        self._challenge_window = -1.0
-        self._challenge_count = 0
+        self.challenge_budget = ChallengeAckBudget(self.config.isn_secret)
+        self.app_faults: list[Connection] = []   # to reset: an application callback raised
         self.time_wait_count = 0
         self.orphans = 0                  # closed by the application, not yet CLOSED (tcp_orphan_count)
-        self.mem = MemAccount(self.config.mem_limit)   # all send/receive buffers (Linux tcp_mem)
+        self.mem = MemAccount(self.config.mem_limit, self.counters.table)   # Linux tcp_mem
         self.gso_max_size = 0             # > 0 when the link segments for us (TSO)
         self.tx_csum_offload = False
         self.tracer: Callable[[dict[str, Any]], None] | None = None
@@ -201,6 +219,11 @@ class Stack:
 
     def receive(self, packet: Buffer, now: float, *, checksum_verified: bool = False) -> None:
         """Take one inbound IP packet. Every malformed packet is dropped and counted."""
+        self._receive(packet, now, checksum_verified)
+        if self.app_faults:
+            self.reset_app_faults(now)
+
+    def _receive(self, packet: Buffer, now: float, checksum_verified: bool) -> None:
         self.now = now
         if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified):
             return
@@ -223,13 +246,26 @@ class Stack:
         if seg.dst not in self.addresses:
             mib["IpInAddrErrors"] += 1
             return
+        if martian_source(seg.src, seg.dst, self.addresses):
+            self.count_martian(seg.ip_version)
+            return
         self.segment_arrives(seg, now)
+
+    def count_martian(self, ip_version: int) -> None:
+        """A martian source (tcp/martians.py): rt_cache in_martian_src; ip6_rcv_core's error."""
+        mib = self.counters.table
+        mib["UsertcpInMartianSrc"] += 1
+        if ip_version == 6:
+            mib["Ip6InHdrErrors"] += 1
 
     def _icmp_receive(self, where: NotTcp, now: float) -> None:
         """ICMP/ICMPv6 for one of our addresses: validated and counted, then to TCP's handler."""
         mib = self.counters.table
         if where.dst not in self.addresses:
             mib["IpInAddrErrors"] += 1
+            return
+        if martian_source(where.src, where.dst, self.addresses):
+            self.count_martian(where.ip_version)
             return
         try:
             msg = parse_icmp(where.mv, where.offset, where.end, where.ip_version, where.src, where.dst)
@@ -268,28 +304,39 @@ class Stack:
         # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
         if ts_val >= 0 and (ts_val - conn.ts_recent) & 0x80000000:
             return False
-        mib = self.counters.table
         una = (conn.iss + conn.snd_una) & 0xFFFFFFFF
+        adv = (ack - una) & 0xFFFFFFFF
+        if adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
+            return False                 # an old ACK or one beyond SND.NXT: the slow path decides
         plen = tot - start
-        if not plen:
-            adv = (ack - una) & 0xFFFFFFFF
-            if adv == 0 or adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
-                return False
-            mib["TcpInSegs"] += 1
-            mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-            mib["TcpExtTCPHPAcks"] += 1
-            conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
-            return True
-        if ack != una or plen > conn.rcv_adv - conn.rcv_nxt:
-            return False
-        mem = self.mem
-        if mem.limit and mem.used + plen > mem.limit:
-            return False                 # the slow path drops and counts it
-        mib["TcpInSegs"] += 1
-        mib[(_ECN_MIB4 if ip_len == 20 else _ECN_MIB6)[tos & 3]] += 1
-        mib["TcpExtTCPHPHits"] += 1
-        conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+        if plen and (plen > conn.rcv_adv - conn.rcv_nxt
+                     or (self.mem.limit and self.mem.used + truesize(mv) > self.mem.limit)):
+            return False                 # the slow path decides: a minimum, or a counted drop
+        self._fast_dispatch(conn, mv, start, tot, adv, ts_val, ts_ecr, tos, ip_len == 20, now)
         return True
+
+    def _fast_dispatch(self, conn: Connection, mv: memoryview, start: int, tot: int, adv: int,
+                       ts_val: int, ts_ecr: int, tos: int, v4: bool, now: float) -> None:
+        """Linux tcp_rcv_established's fast path takes every predicted segment with
+        SND.UNA <= SEG.ACK <= SND.NXT: pure ACKs (advancing or duplicate) and in-order data
+        (with or without an advancing ACK). The plain cases run the specialised routines; a
+        duplicate ACK, or any segment while recovery or SACK state is held, gets the full
+        ACK processing (``Receive.predicted``), as Linux's fast path calls tcp_ack."""
+        mib = self.counters.table
+        mib["TcpInSegs"] += 1
+        mib[(_ECN_MIB4 if v4 else _ECN_MIB6)[tos & 3]] += 1
+        if adv:
+            mib["TcpExtTCPHPAcks"] += 1  # tcp_ack's fast branch (with FLAG_DATA for data too)
+        if tot > start:
+            mib["TcpExtTCPHPHits"] += 1
+        if not (adv or tot > start) or not conn.recovery.ack_state_plain:
+            conn.rx.predicted(parse_packet(mv, verify_checksum=False), now)
+        elif tot == start:
+            conn.recovery.fast_ack(conn.snd_una + adv, ts_val, ts_ecr, now)
+        elif adv:
+            conn.rx.fast_data_ack(conn.snd_una + adv, mv[start:tot], ts_val, ts_ecr, now, tos & 3)
+        else:
+            conn.rx.fast_data(mv[start:tot], ts_val, ts_ecr, now, tos & 3)
 
     def datagrams_to_send(self) -> list[TxPacket]:
         out = self._out
@@ -315,6 +362,24 @@ class Stack:
         while timers and timers[0][0] <= now:
             deadline, _, conn = heapq.heappop(timers)
             conn.timer_fires(deadline, now)
+        if self.app_faults:
+            self.reset_app_faults(now)
+
+    def app_failed(self, conn: Connection) -> None:
+        """An application callback raised on ``conn`` (tcp/appguard.py): count it and reset
+        the connection once the current event is processed."""
+        self.counters.table["UsertcpAppCallbackErrors"] += 1
+        if conn not in self.app_faults:
+            self.app_faults.append(conn)
+
+    def reset_app_faults(self, now: float) -> None:
+        """Reset each connection whose application callback raised (ABORT, RFC 9293 §3.10.5)."""
+        while self.app_faults:
+            conn = self.app_faults.pop(0)
+            # The failed application is not called on this connection again.
+            conn.on_readable = conn.on_writable = None
+            if conn.state is not State.CLOSED:
+                conn.abort(now, errno.ECONNABORTED)
 
     # ------------------------------------------------------- used by Connection
 
@@ -354,15 +419,11 @@ class Stack:
         return siphash24(self.config.ts_secret, data) & 0xFFFFFFFF
 
     def challenge_ack_allowed(self, now: float) -> bool:
-        """RFC 5961 §7: a stack-wide limit on challenge ACKs per second."""
-        second = float(int(now))
-        if second != self._challenge_window:
-            self._challenge_window = second
-            self._challenge_count = 0
-        if self._challenge_count >= self.config.challenge_ack_limit:
-            return False
-        self._challenge_count += 1
-        return True
+        """RFC 5961 §7: the stack-wide challenge-ACK budget (tcp/challenge.py)."""
+        if self.challenge_budget.allow(now, self.config.challenge_ack_limit):
+            return True
+        self.counters.table["UsertcpChallengeACKBudgetSpent"] += 1
+        return False
 
     def remove(self, conn: Connection) -> None:
         if self.connections.get(conn.key) is conn:
@@ -427,6 +488,14 @@ class Stack:
         if self.hooks is not None:
             self.hooks.syn_rto(conn, now)
 
+    def write_timeout(self, conn: Connection, expired: bool, now: float) -> None:
+        if self.hooks is not None:
+            self.hooks.write_timeout(conn, expired, now)
+
+    def on_destroy(self, conn: Connection, now: float) -> None:
+        if self.hooks is not None:
+            self.hooks.on_destroy(conn, now)
+
     def on_established_passive(self, conn: Connection, now: float, ack_off: int = -1) -> None:
         lst = conn.listener
         queued = False
@@ -444,8 +513,7 @@ class Stack:
             return              # accepted (or waiting) since its SYN; do not queue it twice
         if conn not in lst.accept_queue:
             lst.accept_queue.append(conn)
-        if lst.on_accept_ready is not None:
-            lst.on_accept_ready(lst)
+        notify_listener(lst, conn)
 
     def forget_embryonic(self, conn: Connection) -> None:
         if conn.listener is not None:
@@ -504,6 +572,7 @@ class Stack:
                 return
             flags = seg.flags
             if flags & RST:
+                self.counters.table["SKB_DROP_REASON_TCP_RESET"] += 1
                 return
             if flags & ACK:
                 # RFC 9293 §3.10.7.2: an ACK to a listener gets a reset, unless it is the
@@ -512,8 +581,11 @@ class Stack:
                     return
                 self.send_reset_for(seg, now, lkey)
                 return
-            if flags & SYN:
+            if flags & SYN and not flags & FIN:
                 self._listen_syn(listener, seg, now)
+            else:
+                # Linux tcp_rcv_state_process in LISTEN: SYN+FIN, or no SYN, is discarded.
+                self.counters.table["SKB_DROP_REASON_TCP_FLAGS"] += 1
             return
         self.counters.table["UsertcpNoSocket"] += 1
         self.send_reset_for(seg, now)

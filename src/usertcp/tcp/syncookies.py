@@ -33,8 +33,9 @@ Fast open and preload (design decision):
   handled by the normal path, bounded by the TFO queue (fastopen_max_qlen, RFC 7413 §5.1:
   the limit on pending TFO connections). Cookie-less TFO modes (TFO_SERVER_COOKIE_NOT_REQD,
   TCP_FASTOPEN_NO_COOKIE) do not bypass: anyone can send such SYNs.
-- A cookie-validated connection gets the listener's preload: the snapshot is taken at the
-  3rd ACK (there is no state at SYN time) and sent right after the ACK is processed.
+- A cookie-validated connection gets the listener's preload by the rule of every request
+  without Fast Open (fastopen.FastOpen.on_established_passive): the snapshot is taken when
+  the child is created at the 3rd ACK and sent right after the ACK is processed.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from typing import TYPE_CHECKING
 from usertcp.tcp.config import TFO_SERVER_ENABLE
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import tfo_cookie
-from usertcp.tcp.fastopen import TfoState
 from usertcp.tcp.handshake import ecn_syn_acceptable
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.packet import build_packet
@@ -304,17 +304,12 @@ def cookie_ack(stack: Stack, listener: Listener, seg: Segment, now: float) -> bo
 
 def _rebuild(stack: Stack, listener: Listener, seg: Segment, peer_mss: int, wscale: int, sack: bool,
              ts_off: int, ecn: bool, now: float) -> Connection:
-    """The child as Connection.start_passive_open would have left it after its SYN-ACK.
+    """The child as Handshake.start_passive_open would have left it after its SYN-ACK.
 
     Linux cookie_v4_check -> cookie_tcp_reqsk_alloc / tcp_get_cookie_sock; the peer's SYN
     window is unknown, the 3rd ACK's window replaces it (Handshake.establish_passive).
     """
     conn = stack.new_child(listener, seg)
     conn.handshake.open_from_cookie(listener, seg, peer_mss, wscale, sack, ts_off, ecn, now)
-    if listener.preload:
-        st = TfoState(client=False)
-        conn.queue_views([listener.preload])        # the snapshot, by reference
-        st.preload_len = len(listener.preload)
-        conn.handshake.attach_fastopen(st)
     stack.connections[conn.key] = conn
     return conn

@@ -121,7 +121,9 @@ class Timers:
         cfg = c.config
         st = c.state
         limit = cfg.syn_retries if st is State.SYN_SENT else cfg.synack_retries
-        if c.syn_retries >= limit or self.user_timeout_expired(now):
+        expired = c.syn_retries >= limit or self.user_timeout_expired(now)
+        c.stack.write_timeout(c, expired, now)     # Linux tcp_write_timeout
+        if expired:
             if st is State.SYN_RECEIVED and c.passive:
                 c.stack.forget_embryonic(c)
             c.fail(errno.ETIMEDOUT, now)
@@ -162,7 +164,9 @@ class Timers:
             return
         if c.snd_una >= c.snd_max:
             return
-        if self.retransmits >= cfg.retries2 or self.user_timeout_expired(now):
+        expired = self.retransmits >= cfg.retries2 or self.user_timeout_expired(now)
+        c.stack.write_timeout(c, expired, now)     # Linux tcp_write_timeout
+        if expired:
             c.fail(errno.ETIMEDOUT, now)
             return
         c.mib["TcpExtTCPTimeouts"] += 1
@@ -181,21 +185,7 @@ class Timers:
         rec.recover = c.snd_max
         rec.reno_dupacks = 0
         rec.dupacks = 0
-        # Linux tcp_timeout_mark_lost: a SACKed head at an RTO means the receiver reneged
-        # (RFC 2018 §8): forget every SACK mark, and retransmit from SND.UNA.
-        reneged = bool(rec.rtx) and rec.rtx[0].sacked
-        if reneged:
-            c.mib["TcpExtTCPSACKReneging"] += 1
-            rec.sacked_bytes = 0
-        for r in rec.rtx:
-            if reneged:
-                r.sacked = False
-            if r.retrans:
-                r.retrans = False
-            if not r.sacked and not r.lost:
-                r.lost = True
-        rec.retrans_bytes = 0
-        rec.lost_bytes = sum(r.end - r.start for r in rec.rtx if r.lost)
+        rec.timeout_mark_lost()
         self.retransmits += 1
         if rec.rtx and not tx.retransmit(rec.rtx[0], now):
             # Linux tcp_retransmit_timer: the retransmission failed for local congestion; retry

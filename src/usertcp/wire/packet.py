@@ -73,72 +73,91 @@ def parse_packet(buf: Buffer, *, verify_checksum: bool = True) -> Segment:
     if n == 0:
         raise DropPacket("IpInHdrErrors", "empty packet")
     version = mv[0] >> 4
+    seg = Segment()
     if version == 4:
-        if n < 20:
-            raise DropPacket("IpInHdrErrors", "shorter than an IPv4 header")
-        vihl, tos, tot, _ipid, frag, ttl, proto, _ipsum, src, dst = _S_IP4.unpack_from(mv, 0)
-        ihl = (vihl & 15) << 2
-        if ihl < 20:
-            raise DropPacket("IpInHdrErrors", f"IHL {ihl >> 2} < 5")
-        if ihl > n:
-            raise DropPacket("IpInHdrErrors", "IPv4 options past the buffer")
-        # RFC 1071: the sum over a correct header including its checksum is -0.
-        if _from_bytes(mv[:ihl], "big") % 0xFFFF:
-            raise DropPacket("IpInCsumErrors", "bad IPv4 header checksum")
-        if tot > n:
-            raise DropPacket("IpInTruncatedPkts", f"total length {tot} > {n} received")
-        if tot < ihl:
-            raise DropPacket("IpInHdrErrors", f"total length {tot} < header length {ihl}")
-        # RFC 791: MF set or a non-zero offset means a fragment; we do not reassemble.
-        if frag & 0x3FFF:
-            raise DropPacket("IpReasmFails", "IPv4 fragment")
-        if proto != 6:
-            raise NotTcp("IpInUnknownProtos", proto, 4, mv, ihl, tot, src, dst)
-        seg = Segment()
-        seg.ip_version = 4
-        seg.tos = tos
-        seg.ttl = ttl
-        seg.flow_label = 0
-        off = ihl
-        end = tot
+        off, end = _parse_ipv4(seg, mv, n)
     elif version == 6:
-        if n < 40:
-            raise DropPacket("Ip6InHdrErrors", "shorter than an IPv6 header")
-        vtcfl, plen, nh, hlim, src, dst = _S_IP6.unpack_from(mv, 0)
-        end = 40 + plen
-        if end > n:
-            raise DropPacket("Ip6InTruncatedPkts", f"payload length {plen} > {n - 40} received")
-        off = 40
-        while nh != 6:
-            if nh in _EXT_SKIP:
-                if nh == 0 and off != 40:
-                    raise DropPacket("Ip6InUnknownProtos", "hop-by-hop header not first")
-                if off + 8 > end:
-                    raise DropPacket("Ip6InHdrErrors", "extension header past the payload")
-                hl = (mv[off + 1] + 1) << 3
-                if off + hl > end:
-                    raise DropPacket("Ip6InHdrErrors", "extension header past the payload")
-                if nh == 43 and mv[off + 3]:
-                    raise DropPacket("Ip6InHdrErrors", "routing header with segments left")
-                nh = mv[off]
-                off += hl
-            elif nh == 44:
-                if off + 8 > end:
-                    raise DropPacket("Ip6InHdrErrors", "fragment header past the payload")
-                if ((mv[off + 2] << 8) | mv[off + 3]) & 0xFFF9:
-                    raise DropPacket("Ip6ReasmFails", "IPv6 fragment")
-                nh = mv[off]
-                off += 8
-            else:
-                raise NotTcp("Ip6InUnknownProtos", nh, 6, mv, off, end, src, dst)
-        seg = Segment()
-        seg.ip_version = 6
-        seg.tos = (vtcfl >> 20) & 0xFF
-        seg.ttl = hlim
-        seg.flow_label = vtcfl & 0xFFFFF
+        off, end = _parse_ipv6(seg, mv, n)
     else:
         raise DropPacket("IpInHdrErrors", f"IP version {version}")
+    _parse_tcp(seg, mv, off, end, verify_checksum)
+    return seg
 
+
+def _parse_ipv4(seg: Segment, mv: memoryview, n: int) -> tuple[int, int]:
+    """The IPv4 header (Linux ip_rcv_core); returns where TCP starts and ends."""
+    if n < 20:
+        raise DropPacket("IpInHdrErrors", "shorter than an IPv4 header")
+    vihl, tos, tot, _ipid, frag, ttl, proto, _ipsum, src, dst = _S_IP4.unpack_from(mv, 0)
+    ihl = (vihl & 15) << 2
+    if ihl < 20:
+        raise DropPacket("IpInHdrErrors", f"IHL {ihl >> 2} < 5")
+    if ihl > n:
+        raise DropPacket("IpInHdrErrors", "IPv4 options past the buffer")
+    # RFC 1071: the sum over a correct header including its checksum is -0.
+    if _from_bytes(mv[:ihl], "big") % 0xFFFF:
+        raise DropPacket("IpInCsumErrors", "bad IPv4 header checksum")
+    if tot > n:
+        raise DropPacket("IpInTruncatedPkts", f"total length {tot} > {n} received")
+    if tot < ihl:
+        raise DropPacket("IpInHdrErrors", f"total length {tot} < header length {ihl}")
+    # RFC 791: MF set or a non-zero offset means a fragment; we do not reassemble.
+    if frag & 0x3FFF:
+        raise DropPacket("IpReasmFails", "IPv4 fragment")
+    if proto != 6:
+        raise NotTcp("IpInUnknownProtos", proto, 4, mv, ihl, tot, src, dst)
+    seg.ip_version = 4
+    seg.tos = tos
+    seg.ttl = ttl
+    seg.flow_label = 0
+    seg.src = src
+    seg.dst = dst
+    return ihl, tot
+
+
+def _parse_ipv6(seg: Segment, mv: memoryview, n: int) -> tuple[int, int]:
+    """The IPv6 header and its extension headers (Linux ip6_rcv_core, ipv6_parse_exthdrs);
+    returns where TCP starts and ends."""
+    if n < 40:
+        raise DropPacket("Ip6InHdrErrors", "shorter than an IPv6 header")
+    vtcfl, plen, nh, hlim, src, dst = _S_IP6.unpack_from(mv, 0)
+    end = 40 + plen
+    if end > n:
+        raise DropPacket("Ip6InTruncatedPkts", f"payload length {plen} > {n - 40} received")
+    off = 40
+    while nh != 6:
+        if nh in _EXT_SKIP:
+            if nh == 0 and off != 40:
+                raise DropPacket("Ip6InUnknownProtos", "hop-by-hop header not first")
+            if off + 8 > end:
+                raise DropPacket("Ip6InHdrErrors", "extension header past the payload")
+            hl = (mv[off + 1] + 1) << 3
+            if off + hl > end:
+                raise DropPacket("Ip6InHdrErrors", "extension header past the payload")
+            if nh == 43 and mv[off + 3]:
+                raise DropPacket("Ip6InHdrErrors", "routing header with segments left")
+            nh = mv[off]
+            off += hl
+        elif nh == 44:
+            if off + 8 > end:
+                raise DropPacket("Ip6InHdrErrors", "fragment header past the payload")
+            if ((mv[off + 2] << 8) | mv[off + 3]) & 0xFFF9:
+                raise DropPacket("Ip6ReasmFails", "IPv6 fragment")
+            nh = mv[off]
+            off += 8
+        else:
+            raise NotTcp("Ip6InUnknownProtos", nh, 6, mv, off, end, src, dst)
+    seg.ip_version = 6
+    seg.tos = (vtcfl >> 20) & 0xFF
+    seg.ttl = hlim
+    seg.flow_label = vtcfl & 0xFFFFF
+    seg.src = src
+    seg.dst = dst
+    return off, end
+
+
+def _parse_tcp(seg: Segment, mv: memoryview, off: int, end: int, verify_checksum: bool) -> None:
+    """The TCP header at ``mv[off:end]`` (Linux tcp_v4_rcv / tcp_v6_rcv checks), its options."""
     tlen = end - off
     if tlen < 20:
         raise DropPacket("TcpInErrs", f"TCP segment of {tlen} bytes")
@@ -151,13 +170,11 @@ def parse_packet(buf: Buffer, *, verify_checksum: bool = True) -> Segment:
         if tlen & 1:
             v <<= 8
         # Pseudo-header words (RFC 9293 §3.1, RFC 8200 §8.1) + segment must be -0.
-        if mod_ffff(v + (_from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen)):
+        if mod_ffff(v + (_from_bytes(seg.src, "big") + _from_bytes(seg.dst, "big") + 6 + tlen)):
             raise DropPacket("TcpInCsumErrors", "bad TCP checksum")
     flags = offflags & 0x1FF
     if flags & SYN and flags & RST:
         raise DropPacket("TcpInErrs", "SYN and RST together")
-    seg.src = src
-    seg.dst = dst
     seg.sport = sport
     seg.dport = dport
     seg.seq = seq
@@ -172,7 +189,6 @@ def parse_packet(buf: Buffer, *, verify_checksum: bool = True) -> Segment:
     seg.payload = mv[hend:end]
     seg.checksum_ok = True
     parse_options(seg, opts)
-    return seg
 
 
 def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
@@ -190,18 +206,7 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
     optlen = len(options)
     if optlen & 3 or optlen > 40:
         raise ValueError(f"options length {optlen} must be a multiple of 4 and <= 40")
-    plen = 0
-    psum = 0
-    for p in payload:
-        plen += len(p)
-        if csum_partial:
-            continue                       # the link or device sums the payload (offload)
-        # Payload starts at an even offset (header is a multiple of 4): a part ending at an
-        # odd offset weighs 2**8 (mod 0xFFFF), see checksum.parts_sum.
-        v = _from_bytes(p, "big")
-        if plen & 1:
-            v <<= 8
-        psum = psum + v if psum else v     # adding to 0 would copy the payload-sized integer
+    plen, psum = _payload_sum(payload, csum_partial)
     thl = 20 + optlen
     tcp_len = thl + plen
     offflags = (thl << 10) | flags
@@ -211,11 +216,8 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
     pseudo = a_sum + 6 + tcp_len
 
     if md5_key is not None:
-        if options[:4] != _MD5_PREFIX:
-            raise ValueError("md5_key needs options built with encode_options(md5=True)")
         fixed = _S_TCP.pack(sport, dport, seq, ack, offflags, window, 0, urg_ptr)
-        digest = md5_digest_fixed(md5_key, src, dst, fixed, tcp_len, payload)
-        options = _MD5_PREFIX + digest + options[20:]
+        options = _md5_signed(options, md5_key, src, dst, fixed, tcp_len, payload)
 
     if csum_partial:
         r = pseudo % 0xFFFF
@@ -248,6 +250,33 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
     if optlen:
         hdr += options
     return TxPacket(hdr, payload, gso_size, csum_partial)
+
+
+def _payload_sum(payload: Sequence[Buffer], partial: bool) -> tuple[int, int]:
+    """The payload's length and its unfolded RFC 1071 sum, parts kept where they are; with
+    ``partial`` (checksum offload: the link or device sums the payload) the sum is 0."""
+    plen = 0
+    psum = 0
+    for p in payload:
+        plen += len(p)
+        if partial:
+            continue
+        # Payload starts at an even offset (header is a multiple of 4): a part ending at an
+        # odd offset weighs 2**8 (mod 0xFFFF), see checksum.parts_sum.
+        v = _from_bytes(p, "big")
+        if plen & 1:
+            v <<= 8
+        psum = psum + v if psum else v     # adding to 0 would copy the payload-sized integer
+    return plen, psum
+
+
+def _md5_signed(options: bytes, key: bytes, src: bytes, dst: bytes, fixed: bytes, tcp_len: int,
+                payload: Sequence[Buffer]) -> bytes:
+    """The options with the RFC 2385 digest filled into the MD5 option that leads them."""
+    if options[:4] != _MD5_PREFIX:
+        raise ValueError("md5_key needs options built with encode_options(md5=True)")
+    digest = md5_digest_fixed(key, src, dst, fixed, tcp_len, payload)
+    return _MD5_PREFIX + digest + options[20:]
 
 
 __all__ = ["build_packet", "parse_packet"]

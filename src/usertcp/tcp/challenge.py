@@ -1,0 +1,42 @@
+"""The per-namespace challenge-ACK budget (RFC 5961 §7), as Linux ≥ 6.0 keeps it.
+
+A fixed stack-wide count of challenge ACKs per second is a side channel: an off-path
+attacker who exhausts it with its own connection learns from the missing ACK whether some
+other connection just sent one (CVE-2016-5696). Linux first randomised the budget (4.7) and
+since 6.0 disables the shared limit by default (``tcp_challenge_ack_limit`` = INT_MAX),
+leaving the per-socket ``tcp_invalid_ratelimit`` (Connection._oow_allowed). Where the limit
+is set, each second draws its budget at random from [limit/2, limit*3/2) (Linux
+tcp_send_challenge_ack), so the count an attacker sees tells it nothing exact.
+"""
+
+from __future__ import annotations
+
+import random
+
+INT_MAX = (1 << 31) - 1      # tcp_challenge_ack_limit's default since Linux 6.0: no shared limit
+
+
+class ChallengeAckBudget:
+    """Challenge ACKs the whole stack may still send in the current second."""
+
+    __slots__ = ("_left", "_rng", "_second")
+
+    def __init__(self, secret: bytes) -> None:
+        # Keyed by the stack's secret: reproducible for a configuration, unknown outside.
+        self._rng = random.Random(secret + b"challenge-ack")
+        self._second = -1
+        self._left = 0
+
+    def allow(self, now: float, limit: int) -> bool:
+        """Take one challenge ACK from the budget; False if this second's is spent."""
+        if limit >= INT_MAX:
+            return True
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            half = (limit + 1) >> 1
+            self._left = self._rng.randint(half, limit + half - 1) if limit > 0 else 0
+        if self._left <= 0:
+            return False
+        self._left -= 1
+        return True

@@ -1,0 +1,150 @@
+"""SO_TIMESTAMPING transmit timestamps for TCP (Linux ``sock_set_timestamping``, ``tcp_tx_timestamp``,
+``__skb_tstamp_tx``, ``tcp_ack_tstamp``).
+
+A write with timestamping on marks its last byte (``tcp_tx_timestamp``: the key of the tail skb
+of the write queue, when the write's end is still unsent; a later write that extends that skb
+moves the mark to its own end). When the segment holding a marked byte leaves, it yields an
+SCM_TSTAMP_SCHED entry (``SOF_TIMESTAMPING_TX_SCHED``: entering the queueing layer) and an
+SCM_TSTAMP_SND entry (``SOF_TIMESTAMPING_TX_SOFTWARE``: the driver sending it; the two are the
+same instant here, no qdisc holds packets), again on each retransmission of it; when the byte
+is acknowledged, an SCM_TSTAMP_ACK entry (``SOF_TIMESTAMPING_TX_ACK``). With
+``SOF_TIMESTAMPING_OPT_ID`` each entry carries the byte's key: its sequence number minus the
+one at the time the option was set (``sk_tskey``: SND.UNA, or the write sequence with
+``SOF_TIMESTAMPING_OPT_ID_TCP``). The time is reported (SCM_TIMESTAMPING ``ts[0]``) when
+``SOF_TIMESTAMPING_SOFTWARE`` is set at read time.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+from usertcp.tcp.states import State
+
+if TYPE_CHECKING:
+    from usertcp.tcp.connection import Connection
+    from usertcp.tcp.errqueue import ErrorQueue
+
+__all__ = [
+    "SCM_TSTAMP_ACK",
+    "SCM_TSTAMP_SCHED",
+    "SCM_TSTAMP_SND",
+    "SOF_TIMESTAMPING_MASK",
+    "TxTimestamps",
+    "set_timestamping",
+]
+
+# include/uapi/linux/net_tstamp.h
+SOF_TIMESTAMPING_TX_HARDWARE: Final = 1 << 0
+SOF_TIMESTAMPING_TX_SOFTWARE: Final = 1 << 1
+SOF_TIMESTAMPING_RX_HARDWARE: Final = 1 << 2
+SOF_TIMESTAMPING_RX_SOFTWARE: Final = 1 << 3
+SOF_TIMESTAMPING_SOFTWARE: Final = 1 << 4
+SOF_TIMESTAMPING_OPT_ID: Final = 1 << 7
+SOF_TIMESTAMPING_TX_SCHED: Final = 1 << 8
+SOF_TIMESTAMPING_TX_ACK: Final = 1 << 9
+SOF_TIMESTAMPING_OPT_TSONLY: Final = 1 << 11
+SOF_TIMESTAMPING_OPT_STATS: Final = 1 << 12
+SOF_TIMESTAMPING_BIND_PHC: Final = 1 << 15
+SOF_TIMESTAMPING_OPT_ID_TCP: Final = 1 << 16
+SOF_TIMESTAMPING_OPT_RX_FILTER: Final = 1 << 17
+SOF_TIMESTAMPING_MASK: Final = (SOF_TIMESTAMPING_OPT_RX_FILTER << 1) - 1
+SOF_TIMESTAMPING_TX_RECORD_MASK: Final = (SOF_TIMESTAMPING_TX_HARDWARE | SOF_TIMESTAMPING_TX_SOFTWARE
+                                          | SOF_TIMESTAMPING_TX_SCHED | SOF_TIMESTAMPING_TX_ACK)
+# include/uapi/linux/errqueue.h: ee_info of a timestamping entry.
+SCM_TSTAMP_SND: Final = 0
+SCM_TSTAMP_SCHED: Final = 1
+SCM_TSTAMP_ACK: Final = 2
+
+
+class TxTimestamps:
+    """The SO_TIMESTAMPING state of one socket: its flags, key base and marked bytes."""
+
+    __slots__ = ("_sent", "_to_send", "flags", "key_base")
+
+    def __init__(self) -> None:
+        self.flags = 0
+        self.key_base = 0               # sk_tskey, a stream offset (0: the first data byte)
+        self._to_send: deque[int] = deque()   # marked bytes not yet transmitted (stream offsets)
+        # Marked bytes transmitted, until acknowledged: (byte, skb length, ACK timestamp wanted).
+        self._sent: deque[tuple[int, int, bool]] = deque()
+
+    @property
+    def report_software(self) -> bool:
+        """Reads report the software time (SOF_TIMESTAMPING_SOFTWARE)."""
+        return bool(self.flags & SOF_TIMESTAMPING_SOFTWARE)
+
+    @property
+    def tsonly(self) -> bool:
+        """Entries carry no copy of the data (SOF_TIMESTAMPING_OPT_TSONLY)."""
+        return bool(self.flags & SOF_TIMESTAMPING_OPT_TSONLY)
+
+    def mark_write(self, conn: Connection) -> None:
+        """tcp_tx_timestamp() at the end of a write that queued data: mark the last byte of
+        the tail skb, if that skb is still unsent (in the write queue)."""
+        if not self.flags & SOF_TIMESTAMPING_TX_RECORD_MASK:
+            return
+        buf = conn.snd_buf
+        last = buf.end - 1
+        if last < buf.start or last + 1 < conn.snd_max:   # empty, or the byte already left
+            return
+        starts = buf.skb_starts()
+        tail_start = starts[-1] if starts else buf.start
+        pending = self._to_send
+        while pending and pending[-1] >= tail_start:
+            pending.pop()               # shinfo->tskey of the same skb is overwritten
+        pending.append(last)
+
+    def _key(self, byte: int) -> int:
+        return byte - self.key_base if self.flags & SOF_TIMESTAMPING_OPT_ID else 0
+
+    def on_sent(self, queue: ErrorQueue, start: int, end: int, now: float) -> None:
+        """Stream bytes [start, end) left: a marked byte among them is timestamped, on its
+        first transmission and on each retransmission (the skb's tx_flags go with every clone;
+        this machine's kernel timestamps a tail loss probe again)."""
+        length = 0 if self.tsonly else end - start
+        for byte, _length, _ack in self._sent:       # retransmitted marks (sorted by byte)
+            if byte >= end:
+                break
+            if byte >= start:
+                self._stamp_tx(queue, byte, now, length)
+        pending = self._to_send
+        while pending and pending[0] < end:
+            byte = pending.popleft()
+            self._stamp_tx(queue, byte, now, length)
+            self._sent.append((byte, length, bool(self.flags & SOF_TIMESTAMPING_TX_ACK)))
+
+    def _stamp_tx(self, queue: ErrorQueue, byte: int, now: float, length: int) -> None:
+        if self.flags & SOF_TIMESTAMPING_TX_SCHED:      # __dev_queue_xmit
+            queue.push_timestamp(SCM_TSTAMP_SCHED, self._key(byte), now, length)
+        if self.flags & SOF_TIMESTAMPING_TX_SOFTWARE:   # skb_tx_timestamp in the driver
+            queue.push_timestamp(SCM_TSTAMP_SND, self._key(byte), now, length)
+
+    def on_acked(self, queue: ErrorQueue, upto: int, now: float) -> None:
+        """tcp_ack_tstamp(): a marked byte is acknowledged (its skb leaves the rtx queue)."""
+        sent = self._sent
+        while sent and sent[0][0] < upto:
+            byte, length, want_ack = sent.popleft()
+            if want_ack:                                   # tcb->txstamp_ack
+                queue.push_timestamp(SCM_TSTAMP_ACK, self._key(byte), now, length)
+
+
+def set_timestamping(conn: Connection | None, state: TxTimestamps, flags: int) -> None:
+    """sock_set_timestamping(): validate ``flags`` (OSError EINVAL as Linux) and apply them."""
+    if flags & ~SOF_TIMESTAMPING_MASK or flags < 0:
+        raise OSError(errno.EINVAL, f"SO_TIMESTAMPING flags {flags:#x} out of range")
+    if flags & SOF_TIMESTAMPING_OPT_ID_TCP and not flags & SOF_TIMESTAMPING_OPT_ID:
+        raise OSError(errno.EINVAL, "SOF_TIMESTAMPING_OPT_ID_TCP needs SOF_TIMESTAMPING_OPT_ID")
+    if flags & SOF_TIMESTAMPING_OPT_ID and not state.flags & SOF_TIMESTAMPING_OPT_ID:
+        if conn is None or conn.state in (State.CLOSED, State.LISTEN):
+            raise OSError(errno.EINVAL, "SOF_TIMESTAMPING_OPT_ID on a TCP socket needs a connection")
+        if flags & SOF_TIMESTAMPING_OPT_ID_TCP:
+            state.key_base = conn.snd_buf.end                 # write_seq
+        else:
+            state.key_base = max(conn.snd_una - 1, 0)         # snd_una, as a data offset
+    if flags & SOF_TIMESTAMPING_OPT_STATS and not flags & SOF_TIMESTAMPING_OPT_TSONLY:
+        raise OSError(errno.EINVAL, "SOF_TIMESTAMPING_OPT_STATS needs SOF_TIMESTAMPING_OPT_TSONLY")
+    if flags & SOF_TIMESTAMPING_BIND_PHC:
+        raise OSError(errno.EINVAL, "no PTP hardware clock to bind to")
+    state.flags = flags
