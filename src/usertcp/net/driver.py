@@ -15,7 +15,6 @@ After every ``receive``/``handle_timer`` on an endpoint the driver drains its
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -52,12 +51,13 @@ class DriverBase:
     def __init__(self, network: Network) -> None:
         self.network = network
         self._heap: list[Event] = []
-        self._next_seq = itertools.count().__next__
+        self._seq = 0     # orders events of equal time: FIFO (a native int, not an iterator)
         self.events = 0   # events processed (deliveries and live timers), for measurements
         network.attach_driver(self, self._schedule_delivery)
 
     def _schedule_delivery(self, t: float, direction: LinkDirection, data: bytes) -> None:
-        heappush(self._heap, (t, self._next_seq(), _DELIVER, direction, data))
+        self._seq += 1
+        heappush(self._heap, (t, self._seq, _DELIVER, direction, data))
 
     def _after(self, host: Host, now: float) -> None:
         """Drain what ``host`` wants to send and re-arm its timer if it moved."""
@@ -75,7 +75,8 @@ class DriverBase:
             host.timer_at = t
             if t is not None:
                 # A deadline in the past fires now, never back in time.
-                heappush(self._heap, (t if t > now else now, self._next_seq(), _TIMER, host, host.timer_gen))
+                self._seq += 1
+                heappush(self._heap, (t if t > now else now, self._seq, _TIMER, host, host.timer_gen))
 
     def _fire(self, host: Host, now: float) -> None:
         host.timer_at = _NO_TIMER     # consumed: asking for the same deadline again re-arms it

@@ -207,7 +207,7 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
     optlen = len(options)
     if optlen & 3 or optlen > 40:
         raise ValueError(f"options length {optlen} must be a multiple of 4 and <= 40")
-    plen, psum = _payload_sum(payload)
+    plen, psum = _payload_sum(payload, csum_partial)
     thl = 20 + optlen
     tcp_len = thl + plen
     offflags = (thl << 10) | flags
@@ -253,14 +253,17 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
     return TxPacket(hdr, payload, gso_size, csum_partial)
 
 
-def _payload_sum(payload: Sequence[Buffer]) -> tuple[int, int]:
-    """The payload's length and its unfolded RFC 1071 sum, parts kept where they are."""
+def _payload_sum(payload: Sequence[Buffer], partial: bool) -> tuple[int, int]:
+    """The payload's length and its unfolded RFC 1071 sum, parts kept where they are; with
+    ``partial`` (checksum offload: the link or device sums the payload) the sum is 0."""
     plen = 0
     psum = 0
     for p in payload:
+        plen += len(p)
+        if partial:
+            continue
         # Payload starts at an even offset (header is a multiple of 4): a part ending at an
         # odd offset weighs 2**8 (mod 0xFFFF), see checksum.parts_sum.
-        plen += len(p)
         v = _from_bytes(p, "big")
         if plen & 1:
             v <<= 8
