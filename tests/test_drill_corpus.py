@@ -87,10 +87,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 35, "assertion failed: 'assert tcpi_retrans == 2, tcpi_retrans': "),
     'gtests/net/tcp/fastopen/server/icmp-baseline.pkt@ipv6':
         ('failed', 20, 'timed out waiting for outbound packet: expected > R 1:1(0) ('),
-    'gtests/net/tcp/inq/client.pkt':
-        ('skipped', 23, 'TCP_CM_INQ: the TCP_INQ control message'),
-    'gtests/net/tcp/inq/server.pkt':
-        ('skipped', 24, 'TCP_CM_INQ: the TCP_INQ control message'),
     'gtests/net/tcp/mtu_probe/basic-v4.pkt':
         ('skipped', 33, "command not modelled: 'ip route change 192.0.2.1 via 192.168"),
     'gtests/net/tcp/mtu_probe/basic-v6.pkt':
@@ -162,7 +158,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="273/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="277/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)
