@@ -10,15 +10,17 @@ import os
 import select
 import socket
 import struct
+import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
 
 import usertcp
 from usertcp.net import netns
+from usertcp.net.tun import TunDevice
 
 # Where the tests imported usertcp from (src/, or the compiled build's directory): the
 # usertcp subprocesses run the same build.
@@ -168,6 +170,25 @@ class PacketReader:
                 raise TimeoutError("expected packet did not arrive")
             select.select([self.fd], [], [], left)
             self.pending.extend(self.read())
+
+
+def probe_session(name: str, body: Callable[[TunDevice, PacketReader, str], None], *, offload: bool = False,
+                  sysctls: Sequence[str] = ()) -> None:
+    """Run ``body(device, reader, namespace)`` with a TUN device inside a fresh namespace (its
+    kernel the peer under test, the ``sysctls`` applied there); everything is removed after.
+    The kernel probes in ``tools/`` check usertcp's model of Linux against this machine."""
+    ns = netns.create_namespace(name)
+    try:
+        dev = TunDevice.open("ut0", offload=offload, netns=ns)
+        try:
+            dev.configure(peer_address=f"{PEER}/24", mtu=1500)
+            for s in sysctls:
+                subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", s], check=True)
+            body(dev, PacketReader(dev.read_batch, dev.fd), ns)
+        finally:
+            dev.close()
+    finally:
+        netns.remove_namespace(ns)
 
 
 def wait_socket_error(sock: socket.socket, timeout: float = 5.0) -> int:

@@ -18,11 +18,10 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from netns_helpers import PEER, TCP_ACK, TCP_PSH, TCP_SYN, US, PacketReader, Tcp, build_tcp
+from netns_helpers import PEER, TCP_ACK, TCP_PSH, TCP_SYN, US, PacketReader, Tcp, build_tcp, probe_session
 from usertcp.net import netns
 from usertcp.net.tun import TunDevice
 from usertcp.wire.segment import TxPacket
@@ -30,21 +29,6 @@ from usertcp.wire.segment import TxPacket
 TCP_CONGESTION = 13
 MSG_EOR, MSG_MORE = 0x80, 0x8000
 SockOpt = tuple[int, int, int | bytes]
-
-
-def _session(offload: bool, sysctls: list[str], body: Callable[[TunDevice, PacketReader, str], None]) -> None:
-    ns = netns.create_namespace("pshprobe")
-    try:
-        dev = TunDevice.open("ut0", offload=offload, netns=ns)
-        try:
-            dev.configure(peer_address=f"{PEER}/24", mtu=1500)
-            for s in sysctls:
-                subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", s], check=True)
-            body(dev, PacketReader(dev.read_batch, dev.fd), ns)
-        finally:
-            dev.close()
-    finally:
-        netns.remove_namespace(ns)
 
 
 def _kernel_connects(dev: TunDevice, rd: PacketReader, ns: str, port: int,
@@ -220,12 +204,13 @@ def sndbuf_skb_layout(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 if __name__ == "__main__":
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("https_client (script expects P. on 1543:2517):")
-    _session(False, ["net.ipv4.tcp_timestamps=0"], https_client)
+    probe_session("pshprobe", https_client, sysctls=["net.ipv4.tcp_timestamps=0"])
     print("sack-route-refresh-ip-tos (script expects . 13141:16061, P. 17521:20441):")
-    _session(True, [], sack_route_refresh)
+    probe_session("pshprobe", sack_route_refresh, offload=True)
     print("eor/no-coalesce-small (script: P. 1:10001, P. 10001:10801, P. 10801:20801):")
-    _session(True, _CORPUS_SYSCTLS, eor_no_coalesce)
+    probe_session("pshprobe", eor_no_coalesce, offload=True, sysctls=_CORPUS_SYSCTLS)
     print("MSG_MORE 30000 bytes (no skb pushed, yet PSH on every multi-segment packet):")
-    _session(True, _CORPUS_SYSCTLS, tso_psh_msg_more)
+    probe_session("pshprobe", tso_psh_msg_more, offload=True, sysctls=_CORPUS_SYSCTLS)
     print("sndbuf-skb-accounting (our script: 60000 written; 10000-byte packets after ack 10001):")
-    _session(True, [*_CORPUS_SYSCTLS, "net.ipv4.tcp_min_tso_segs=10"], sndbuf_skb_layout)
+    probe_session("pshprobe", sndbuf_skb_layout, offload=True,
+                  sysctls=[*_CORPUS_SYSCTLS, "net.ipv4.tcp_min_tso_segs=10"])

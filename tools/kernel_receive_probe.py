@@ -19,11 +19,10 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from netns_helpers import PEER, TCP_ACK, TCP_FIN, TCP_SYN, US, PacketReader, Tcp, build_tcp
+from netns_helpers import PEER, TCP_ACK, TCP_FIN, TCP_SYN, US, PacketReader, Tcp, build_tcp, probe_session
 from usertcp.net import netns
 from usertcp.net.tun import TunDevice
 from usertcp.wire.segment import TxPacket
@@ -33,21 +32,6 @@ PORT = 8080
 # the client's SYN options: mss 1460, sackOK, TS, nop, wscale 7
 SYN_OPTS = (struct.pack("!BBH", 2, 4, 1460) + bytes([4, 2, 8, 10]) + struct.pack("!II", 100, 0)
             + bytes([1, 3, 3, 7]))
-
-
-def _session(sysctls: list[str], body: Callable[[TunDevice, PacketReader, str], None]) -> None:
-    ns = netns.create_namespace("rcvprobe")
-    try:
-        dev = TunDevice.open("ut0", offload=False, netns=ns)
-        try:
-            dev.configure(peer_address=f"{PEER}/24", mtu=1500)
-            for s in sysctls:
-                subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", s], check=True)
-            body(dev, PacketReader(dev.read_batch, dev.fd), ns)
-        finally:
-            dev.close()
-    finally:
-        netns.remove_namespace(ns)
 
 
 class Client:
@@ -282,16 +266,16 @@ def rcv_mss(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 if __name__ == "__main__":
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("SYN-ACK window and scale (tcp_rmem 4096 540000 15728640, as defaults.sh):")
-    _session(["net.ipv4.tcp_rmem=4096 540000 15728640"], synack_windows)
+    probe_session("rcvprobe", synack_windows, sysctls=["net.ipv4.tcp_rmem=4096 540000 15728640"])
     print("SYN-ACK window and scale (tcp_rmem 4096 131072 6291456, Linux's default):")
-    _session(["net.ipv4.tcp_rmem=4096 131072 6291456"], synack_windows)
+    probe_session("rcvprobe", synack_windows, sysctls=["net.ipv4.tcp_rmem=4096 131072 6291456"])
     print("invalid ACK, ts_recent, lone FIN:")
-    _session([], invalid_ack_and_lone_fin)
+    probe_session("rcvprobe", invalid_ack_and_lone_fin)
     print("lone FIN, other cases:")
-    _session([], lone_fin_cases)
+    probe_session("rcvprobe", lone_fin_cases)
     print("out-of-window data, zero window:")
-    _session([], out_of_window)
+    probe_session("rcvprobe", out_of_window)
     print("delayed ACK, then the next segment:")
-    _session([], delack_after_timer)
+    probe_session("rcvprobe", delack_after_timer)
     print("tcpi_rcv_mss:")
-    _session([], rcv_mss)
+    probe_session("rcvprobe", rcv_mss)

@@ -19,11 +19,10 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from netns_helpers import PEER, TCP_ACK, TCP_SYN, US, PacketReader, Tcp, build_tcp
+from netns_helpers import PEER, TCP_ACK, TCP_SYN, US, PacketReader, Tcp, build_tcp, probe_session
 from usertcp.net import netns
 from usertcp.net.tun import TunDevice
 from usertcp.wire.segment import TxPacket
@@ -31,21 +30,7 @@ from usertcp.wire.segment import TxPacket
 SO_ZEROCOPY, MSG_ZEROCOPY, SO_TIMESTAMPING, TCP_NOTSENT_LOWAT = 60, 0x4000000, 37, 25
 # mss 1000, sackOK, nop x3, wscale 7: the corpus scripts' SYN options
 SYN_OPTS = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 7])
-
-
-def _session(body: Callable[[TunDevice, PacketReader, str], None]) -> None:
-    ns = netns.create_namespace("txnprobe")
-    try:
-        dev = TunDevice.open("ut0", offload=True, netns=ns)
-        try:
-            dev.configure(peer_address=f"{PEER}/24", mtu=1500)
-            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "net.ipv4.tcp_timestamps=0"],
-                           check=True)
-            body(dev, PacketReader(dev.read_batch, dev.fd), ns)
-        finally:
-            dev.close()
-    finally:
-        netns.remove_namespace(ns)
+_NO_TS = ["net.ipv4.tcp_timestamps=0"]
 
 
 def _connect(dev: TunDevice, rd: PacketReader, ns: str, sockopts: list[tuple[int, int, int]]
@@ -137,8 +122,8 @@ def timestamps(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 if __name__ == "__main__":
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("TCP_NOTSENT_LOWAT 4000:")
-    _session(notsent_lowat)
+    probe_session("txnprobe", notsent_lowat, offload=True, sysctls=_NO_TS)
     print("MSG_ZEROCOPY over TUN:")
-    _session(zerocopy)
+    probe_session("txnprobe", zerocopy, offload=True, sysctls=_NO_TS)
     print("SO_TIMESTAMPING OPT_ID, two writes of 2000:")
-    _session(timestamps)
+    probe_session("txnprobe", timestamps, offload=True, sysctls=_NO_TS)
