@@ -9,22 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from drill_snippets import passive_open
 from usertcp.drill import command
 from usertcp.drill.cmdline import KSFT_ARGS, ksft_families, parse_argv, resolve
 from usertcp.drill.outcome import ScriptFail, ScriptSkip
 from usertcp.drill.parser import parse_script
 from usertcp.drill.runner import RunOptions, run_script
 
-HANDSHAKE = """\
-    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
-   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
-   +0 bind(3, ..., ...) = 0
-   +0 listen(3, 1) = 0
-   +0 < S 0:0(0) win 32792 <mss 1460,sackOK,nop,nop,nop,wscale 7>
-   +0 > S. 0:0(0) ack 1 <mss 1460,nop,nop,sackOK,nop,wscale 8>
-   +0 < . 1:1(0) ack 1 win 257
-   +0 accept(3, ..., ...) = 4
-"""
+HANDSHAKE = passive_open(mss=1460, ack_delay="+0")
 
 
 def test_parse_argv_forms() -> None:

@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from drill_snippets import passive_open
 from usertcp.drill.parser import parse_script
 from usertcp.drill.runner import ScriptResult, run_script
 
-HANDSHAKE = """\
-    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
-   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
-   +0 bind(3, ..., ...) = 0
-   +0 listen(3, 1) = 0
-   +0 < S 0:0(0) win 32792 <mss 1000,sackOK,nop,nop,nop,wscale 7>
-   +0 > S. 0:0(0) ack 1 <mss 1460,nop,nop,sackOK,nop,wscale 8>
-   +0 < . 1:1(0) ack 1 win 257
-   +0 accept(3, ..., ...) = 4
-"""
+HANDSHAKE = passive_open(ack_delay="+0")
 
 
 def _run(body: str, init: str = "") -> ScriptResult:

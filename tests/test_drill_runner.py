@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from drill_snippets import passive_open
 from usertcp.drill import command
 from usertcp.drill.parser import parse_script
 from usertcp.drill.runner import RunOptions, ScriptResult, run_file, run_script
@@ -17,16 +18,7 @@ from usertcp.tcp.md5sig import build_tcp_md5sig
 
 DRILL = Path(__file__).parent / "drill"
 
-# A passive open in packetdrill's default form, used as the prefix of the small scripts.
-HANDSHAKE = """    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
-   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
-   +0 bind(3, ..., ...) = 0
-   +0 listen(3, 1) = 0
-   +0 < S 0:0(0) win 32792 <mss 1000,sackOK,nop,nop,nop,wscale 7>
-   +0 > S. 0:0(0) ack 1 <mss 1460,nop,nop,sackOK,nop,wscale 8>
-  +.1 < . 1:1(0) ack 1 win 257
-   +0 accept(3, ..., ...) = 4
-"""
+HANDSHAKE = passive_open()
 
 
 def run(text: str, *, ip_version: str = "ipv4", tolerance_usecs: int | None = None) -> ScriptResult:

@@ -6,22 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from drill_snippets import passive_open
 from peer import ScriptedPeer
 from usertcp.drill.parser import parse_script
 from usertcp.drill.runner import RunOptions, ScriptResult, run_script
 from usertcp.tcp.config import StackConfig
 
-# A passive open in packetdrill's default form (no timestamps).
-HANDSHAKE = """\
-    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
-   +0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
-   +0 bind(3, ..., ...) = 0
-   +0 listen(3, 1) = 0
-   +0 < S 0:0(0) win 32792 <mss 1000,sackOK,nop,nop,nop,wscale 7>
-   +0 > S. 0:0(0) ack 1 <mss 1460,nop,nop,sackOK,nop,wscale 8>
-  +.1 < . 1:1(0) ack 1 win 257
-   +0 accept(3, ..., ...) = 4
-"""
+HANDSHAKE = passive_open()
 
 
 def run(text: str, ip_version: str = "ipv4") -> ScriptResult:
