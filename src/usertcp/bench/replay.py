@@ -71,6 +71,24 @@ def _two_stacks(cfg: StackConfig, loss: float, seed: int, active: bool
     return client_stack, server_stack, VirtualTimeDriver(net), events
 
 
+def _open(client_stack: Stack, server_stack: Stack, drv: VirtualTimeDriver,
+          md5_key: bytes | None) -> tuple[Connection, Connection]:
+    """The recorded connection's handshake, both ends keyed for TCP-MD5 when ``md5_key``."""
+    lst = server_stack.listen(PORT)
+    client = client_stack.create_connection(SERVER, PORT)
+    if md5_key is not None:
+        lst.md5_keys = Md5Keys()
+        lst.md5_keys.add(CLIENT, md5_key)
+        client.md5_keys = Md5Keys()
+        client.md5_keys.add(SERVER, md5_key)
+    client_stack.connect(client, 0.0)
+    drv.kick()
+    drv.run_until(lambda: bool(lst.accept_queue), 10)
+    server = lst.accept()
+    assert server is not None, "handshake failed while recording"
+    return client, server
+
+
 def record(*, size: int = 2_000_000, upload: int = 0, loss: float = 0.0, seed: int = 1,
            md5_key: bytes | None = None, config: StackConfig | None = None,
            read_every: float = 0.0, active: bool = False) -> Trace:
@@ -82,19 +100,7 @@ def record(*, size: int = 2_000_000, upload: int = 0, loss: float = 0.0, seed: i
     """
     cfg = config or fixed_config()
     client_stack, server_stack, drv, events = _two_stacks(cfg, loss, seed, active)
-    lst = server_stack.listen(PORT)
-    if md5_key is not None:
-        lst.md5_keys = Md5Keys()
-        lst.md5_keys.add(CLIENT, md5_key)
-    client = client_stack.create_connection(SERVER, PORT)
-    if md5_key is not None:
-        client.md5_keys = Md5Keys()
-        client.md5_keys.add(SERVER, md5_key)
-    client_stack.connect(client, 0.0)
-    drv.kick()
-    drv.run_until(lambda: bool(lst.accept_queue), 10)
-    server = lst.accept()
-    assert server is not None, "handshake failed while recording"
+    client, server = _open(client_stack, server_stack, drv, md5_key)
     rng = random.Random(seed)
     payload = rng.randbytes(size)
     up = rng.randbytes(upload)
@@ -143,18 +149,7 @@ def record_rr(*, transactions: int = 500, request: int = 64, response: int = 64,
     advances. Records the server side (the client with ``active``)."""
     cfg = config or fixed_config()
     client_stack, server_stack, drv, events = _two_stacks(cfg, loss, seed, active)
-    lst = server_stack.listen(PORT)
-    client = client_stack.create_connection(SERVER, PORT)
-    if md5_key is not None:
-        lst.md5_keys = Md5Keys()
-        lst.md5_keys.add(CLIENT, md5_key)
-        client.md5_keys = Md5Keys()
-        client.md5_keys.add(SERVER, md5_key)
-    client_stack.connect(client, 0.0)
-    drv.kick()
-    drv.run_until(lambda: bool(lst.accept_queue), 10)
-    server = lst.accept()
-    assert server is not None, "handshake failed while recording"
+    client, server = _open(client_stack, server_stack, drv, md5_key)
     rng = random.Random(seed)
     for _ in range(transactions):
         req = rng.randbytes(request)
