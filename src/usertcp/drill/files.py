@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING, Final
 
 from usertcp.drill.ast import Expr, List, String
 from usertcp.drill.defaults import SYMBOLS
+from usertcp.drill.profile import Unsupported
+from usertcp.drill.sysargs import value
+from usertcp.drill.sysbase import Mismatch, SyscallGen, SysError
 
 if TYPE_CHECKING:
-    from usertcp.drill.syscalls import SyscallGen, Syscalls
+    from usertcp.drill.syscalls import Syscalls
 
 __all__ = ["FileCalls", "OpenFile", "Pipe", "PipeEnd"]
 
@@ -64,7 +67,6 @@ class FileCalls:
         self.sys = sys
 
     def sys_open(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, Unsupported, value
         path_expr = args[0]
         if not isinstance(path_expr, String):
             raise Unsupported("open() needs a path string")
@@ -83,7 +85,6 @@ class FileCalls:
         yield  # pragma: no cover
 
     def sys_pipe(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import Mismatch, value
         pipe = Pipe()
         want = args[0]
         fds: list[int] = []
@@ -99,7 +100,6 @@ class FileCalls:
     sys_pipe2 = sys_pipe
 
     def sys_sendfile(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, value
         sock = self.sys.fds.get(value(args[0]))
         src = self.sys.files.get(value(args[1]))
         if sock is None and value(args[0]) not in self.sys.files:
@@ -123,7 +123,6 @@ class FileCalls:
         return n
 
     def sys_splice(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, Unsupported, value
         fd_in, fd_out = value(args[0]), value(args[2])
         sock = self.sys.fds.get(fd_in)
         out = self.sys.files.get(fd_out)
