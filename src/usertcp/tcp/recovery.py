@@ -642,10 +642,17 @@ class Recovery:
             if not r.sacked and r.end - r.start - (1 if r.fin else 0) > c.mss:
                 self.mark_lost(r)
                 marked = True
-        if marked and self.ca_state != CA_LOSS:
-            self.ca_state = CA_LOSS
-            self.recover = c.snd_max
+        if marked:
+            self.non_congestion_loss()
         return marked
+
+    def non_congestion_loss(self) -> None:
+        """Linux tcp_non_congestion_loss_retransmit: what is marked lost goes out again in the
+        Loss state (recovery ends at today's SND.MAX), with no congestion response; the caller's
+        next output sends it (tcp_xmit_retransmit_queue)."""
+        if self.ca_state != CA_LOSS:
+            self.ca_state = CA_LOSS
+            self.recover = self.conn.snd_max
 
     @property
     def ack_state_plain(self) -> bool:
