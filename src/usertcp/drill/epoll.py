@@ -120,7 +120,7 @@ class EpollCalls:
         self.sys = sys
 
     def _epoll(self, expr: Expr) -> Epoll:
-        fd = value(expr)
+        fd = self.sys.live_fd(expr)
         obj = self.sys.files.get(fd)
         if isinstance(obj, Epoll):
             return obj
@@ -141,11 +141,11 @@ class EpollCalls:
     def sys_epoll_ctl(self, args: list[Expr]) -> SyscallGen:
         ep = self._epoll(args[0])
         op = value(args[1])
-        fd = value(args[2])
+        fd = self.sys.live_fd(args[2])            # items are keyed by live descriptor
         sock = self.sys.fds.get(fd)
         if sock is None:
             raise SysError(errno.EINVAL if fd in self.sys.files else errno.EBADF)   # epoll of epoll: no
-        events, data = 0, fd
+        events, data = 0, value(args[2])
         if op != S["EPOLL_CTL_DEL"]:
             ev = args[3]
             if not isinstance(ev, Struct):

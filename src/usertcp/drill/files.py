@@ -22,7 +22,7 @@ from usertcp.drill.ast import Expr, List, String
 from usertcp.drill.defaults import SYMBOLS
 from usertcp.drill.profile import Unsupported
 from usertcp.drill.sysargs import value
-from usertcp.drill.sysbase import Mismatch, SyscallGen, SysError
+from usertcp.drill.sysbase import SyscallGen, SysError
 
 if TYPE_CHECKING:
     from usertcp.drill.syscalls import Syscalls
@@ -85,24 +85,24 @@ class FileCalls:
         yield  # pragma: no cover
 
     def sys_pipe(self, args: list[Expr]) -> SyscallGen:
-        pipe = Pipe()
+        # packetdrill syscall_pipe: the script's two numbers name the live descriptors.
         want = args[0]
-        fds: list[int] = []
-        for writer in (False, True):
-            fds.append(self.sys.new_file(PipeEnd(pipe, writer)))
-        if isinstance(want, List) and len(want.items) == 2:
-            expected = [value(x) for x in want.items]
-            if expected != fds:
-                raise Mismatch(f"pipe() fds: expected {expected}, actual {fds}")
+        if not isinstance(want, List) or len(want.items) != 2:
+            raise Unsupported("pipe() needs a [read_fd, write_fd] list")
+        names = [value(x) for x in want.items]
+        pipe = Pipe()
+        for writer, name in zip((False, True), names, strict=True):
+            self.sys.new_file(PipeEnd(pipe, writer), name)
         return 0
         yield  # pragma: no cover
 
     sys_pipe2 = sys_pipe
 
     def sys_sendfile(self, args: list[Expr]) -> SyscallGen:
-        sock = self.sys.fds.get(value(args[0]))
-        src = self.sys.files.get(value(args[1]))
-        if sock is None and value(args[0]) not in self.sys.files:
+        out_fd = self.sys.live_fd(args[0])
+        sock = self.sys.fds.get(out_fd)
+        src = self.sys.files.get(self.sys.live_fd(args[1]))
+        if sock is None and out_fd not in self.sys.files:
             raise SysError(errno.EBADF)
         if not isinstance(src, OpenFile):
             raise SysError(errno.EBADF if src is None else errno.EINVAL)
@@ -123,7 +123,7 @@ class FileCalls:
         return n
 
     def sys_splice(self, args: list[Expr]) -> SyscallGen:
-        fd_in, fd_out = value(args[0]), value(args[2])
+        fd_in, fd_out = self.sys.live_fd(args[0]), self.sys.live_fd(args[2])
         sock = self.sys.fds.get(fd_in)
         out = self.sys.files.get(fd_out)
         if sock is None or not isinstance(out, PipeEnd):

@@ -30,7 +30,8 @@ S = SYMBOLS
 
 
 class LifecycleCalls:
-    """socket/bind/listen/accept/connect/close/shutdown of one shim; sockets live in ``Syscalls.fds``."""
+    """socket/bind/listen/accept/connect/close/shutdown of one shim; sockets live in ``Syscalls.fds``
+    (by live descriptor, drill/fdtable.py)."""
 
     def __init__(self, sys: Syscalls) -> None:
         self.sys = sys
@@ -50,9 +51,8 @@ class LifecycleCalls:
             raise SysError(errno.EPROTONOSUPPORT)   # inet_create: no such protocol for the type
         sock = Sock(sys.new_fd(), family, SocketOptions(sys.stack.config),
                     nonblocking=bool(kind & S["SOCK_NONBLOCK"]))
-        sys.fds[sock.fd] = sock
         sys.last_sock = sock
-        return sock.fd
+        return sys.add_sock(sock)
         yield  # pragma: no cover
 
     def sys_bind(self, args: list[Expr]) -> SyscallGen:
@@ -61,7 +61,7 @@ class LifecycleCalls:
         if sock.bound is not None:
             raise SysError(errno.EINVAL)
         _fam, ip, port = sockaddr(args[1], sys.host.local_ip, sys.host.bind_port)
-        for other in [*sys.fds.values(), *sys.shadowed]:
+        for other in sys.fds.values():   # sockets the script no longer names count too
             if (
                 other is not sock
                 and other.bound
@@ -108,10 +108,10 @@ class LifecycleCalls:
                     conn=conn,
                     sock_state=SS_CONNECTED,   # inet_accept
                 )
-                sys.fds[child.fd] = child
                 sys.last_sock = child
+                script_fd = sys.add_sock(child)
                 sys.host.on_accept(child)
-                return child.fd
+                return script_fd
             if sock.nonblocking:
                 raise SysError(errno.EAGAIN)
             yield None
@@ -215,11 +215,12 @@ class LifecycleCalls:
 
     def sys_close(self, args: list[Expr]) -> SyscallGen:
         sys = self.sys
-        if sys.files.pop(value(args[0]), None) is not None:
+        sock = sys.close_fd(sys.live_fd(args[0]))
+        if sock is None:
+            raise SysError(errno.EBADF)
+        if not isinstance(sock, Sock):
             return 0
-        sock = sys.sock(args[0])
         now = sys.host.now()
-        del sys.fds[sock.fd]
         if sock.listener is not None:
             sock.listener.close(now)
         if sock.conn is not None:

@@ -63,7 +63,7 @@ from usertcp.drill.parser import parse_file
 from usertcp.drill.prescan import prescan
 from usertcp.drill.profile import CommandError, Environment, Unsupported, linux_config
 from usertcp.drill.render import errname, fmt_expected, fmt_live
-from usertcp.drill.syscalls import Mismatch, Sock, SyscallGen, Syscalls, SysError, value
+from usertcp.drill.syscalls import FD_RESULT_CALLS, Mismatch, Sock, SyscallGen, Syscalls, SysError, value
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
 from usertcp.tcp.stack import Stack, pack_ip
@@ -312,7 +312,7 @@ class _Runner:
             self._finish_pending(ev.line)
         start = self._wait(ev, exp)
         try:
-            if ev.name in ("socket", "accept", "accept4") and not isinstance(ev.result, EllipsisExpr):
+            if ev.name in FD_RESULT_CALLS and not isinstance(ev.result, EllipsisExpr):
                 self.sys.fd_hint = value(ev.result)
             gen = self.sys.start(ev.name, ev.args)
         except Unsupported as exc:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from usertcp.drill.ast import Expr, Int, List, Struct
 from usertcp.drill.defaults import SYMBOLS
 from usertcp.drill.epoll import EpollCalls
+from usertcp.drill.fdtable import FIRST_FD, ScriptFds
 from usertcp.drill.files import FileCalls
 from usertcp.drill.lifecycle import LifecycleCalls
 from usertcp.drill.profile import Unsupported
@@ -33,6 +34,7 @@ from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.stack import Stack
 
 __all__ = [
+    "FD_RESULT_CALLS",
     "SUPPORTED_SOCKOPTS",
     "SUPPORTED_SYSCALLS",
     "Host",
@@ -43,6 +45,9 @@ __all__ = [
     "Syscalls",
     "value",
 ]
+
+# Calls whose result is a new descriptor: packetdrill checks it with CHECK_FD (drill/fdtable.py).
+FD_RESULT_CALLS = frozenset(["socket", "accept", "accept4", "epoll_create", "epoll_create1", "open"])
 
 S = SYMBOLS
 
@@ -94,14 +99,13 @@ SUPPORTED_SYSCALLS = frozenset(
 class Syscalls:
     def __init__(self, host: Host) -> None:
         self.host = host
+        # Live descriptors (the kernel's numbers, see drill/fdtable.py): sockets, and other
+        # open files (epoll instances, pipes, regular files) in the same number space.
         self.fds: dict[int, Sock] = {}
+        self.files: dict[int, object] = {}
+        self.script_fds = ScriptFds()   # the script's numbers for them
         self.last_sock: Sock | None = None
         self.fd_hint: int | None = None  # packetdrill: the script's expected result names the new fd
-        # Sockets whose script fd a newer socket took (packetdrill maps script fds to live fds
-        # and finds the newest first): still open, no longer reachable from the script.
-        self.shadowed: list[Sock] = []
-        # Other open files (epoll instances, pipes, regular files): same fd space as sockets.
-        self.files: dict[int, object] = {}
         self.lifecycle = LifecycleCalls(self)
         self.transfer = TransferCalls(self)
         self._calls: tuple[object, ...] = (self.lifecycle, self.transfer, OptionCalls(self),
@@ -122,31 +126,54 @@ class Syscalls:
 
     # ---------------------------------------------------------------- the fd table
 
+    def live_fd(self, expr: Expr) -> int:
+        """The live descriptor a script fd argument names (-1 for none: EBADF)."""
+        return self.script_fds.live(value(expr))
+
     def sock(self, expr: Expr) -> Sock:
         """The socket an fd argument names (ENOTSOCK for another file, EBADF for none)."""
-        fd = value(expr)
+        fd = self.live_fd(expr)
         sock = self.fds.get(fd)
         if sock is None:
             raise SysError(errno.ENOTSOCK if fd in self.files else errno.EBADF)
         return sock
 
-    def new_file(self, obj: object) -> int:
-        """Give a non-socket file the lowest free fd."""
-        fd = self.new_fd()
-        self.files[fd] = obj
-        return fd
-
     def new_fd(self) -> int:
-        hint, self.fd_hint = self.fd_hint, None
-        if hint is not None and hint >= 0:
-            old = self.fds.pop(hint, None)
-            if old is not None:
-                self.shadowed.append(old)
-            return hint
-        fd = 3
+        """alloc_fd(): the lowest free descriptor."""
+        fd = FIRST_FD
         while fd in self.fds or fd in self.files:
             fd += 1
         return fd
+
+    def add_sock(self, sock: Sock) -> int:
+        """Install a new socket at its descriptor; returns the script's number for it."""
+        self.fds[sock.fd] = sock
+        return self._name(sock.fd, None)
+
+    def new_file(self, obj: object, script_fd: int | None = None) -> int:
+        """Give a non-socket file the lowest free descriptor; returns the script's number for
+        it (``script_fd``, else the call's expected result)."""
+        fd = self.new_fd()
+        self.files[fd] = obj
+        return self._name(fd, script_fd)
+
+    def _name(self, live: int, script_fd: int | None) -> int:
+        """CHECK_FD: the new descriptor passes as the number the script expects, which names
+        it from now on (with no such number, its own)."""
+        hint, self.fd_hint = self.fd_hint, None
+        if script_fd is None:
+            script_fd = hint if hint is not None and hint >= 0 else live
+        self.script_fds.name(live, script_fd)
+        return script_fd
+
+    def close_fd(self, live: int) -> object | None:
+        """Close a live descriptor: the socket or file it held (None if it held nothing)."""
+        obj: object | None = self.fds.pop(live, None)
+        if obj is None:
+            obj = self.files.pop(live, None)
+        if obj is not None:
+            self.script_fds.forget(live)
+        return obj
 
     def send_bytes(self, sock: Sock, data: bytes, flags: int) -> SyscallGen:
         """A write of ``data`` with send flags (sendfile's path into the socket)."""
@@ -211,7 +238,7 @@ class Syscalls:
         timeout_ms = value(args[2])
         deadline = None if timeout_ms < 0 else self.host.now() + timeout_ms / 1000.0
         while True:
-            got = [self.revents(self.fds.get(fd), ev) for fd, ev, _ in entries]
+            got = [self.revents(self.fds.get(self.script_fds.live(fd)), ev) for fd, ev, _ in entries]
             ready = sum(1 for r in got if r)
             if ready or (deadline is not None and self.host.now() >= deadline):
                 for (fd, _ev, want), actual in zip(entries, got, strict=True):

@@ -222,11 +222,18 @@ class TransferCalls:
         host = self.sys.host
         while True:
             conn = sock.conn
-            if conn is None or sock.deferred_connect:
+            if conn is None:
                 if sock.options.error:
                     err, sock.options.error = sock.options.error, 0
                     raise SysError(err)
                 raise SysError(errno.ENOTCONN)
+            if sock.deferred_connect:
+                # tcp_recvmsg_locked: a deferred TCP_FASTOPEN_CONNECT socket is in SYN-SENT
+                # (tcp_v4_connect set it before tcp_fastopen_defer_connect), nothing to read.
+                if nonblocking:
+                    raise SysError(errno.EAGAIN)
+                yield None
+                continue
             if conn.collector is not None:
                 raise SysError(errno.EBUSY)
             if conn.readable_bytes:
