@@ -41,6 +41,7 @@ from usertcp.api.constants import (
     SO_KEEPALIVE,
     SO_LINGER,
     SO_MARK,
+    SO_OOBINLINE,
     SO_RCVBUF,
     SO_REUSEADDR,
     SO_REUSEPORT,
@@ -149,8 +150,8 @@ class SocketOptions:
     """One socket's option state, applied to its connection or listener as they come to exist."""
 
     __slots__ = ("_cc_name", "config", "conn_attrs", "error", "freebind", "linger", "mark", "md5_keys",
-                 "rcvbuf", "recv_inq", "reuseaddr", "reuseport", "sndbuf", "tfo_connect", "tfo_key",
-                 "tfo_no_cookie", "tfo_qlen", "tsflags", "zerocopy")
+                 "oob_inline", "rcvbuf", "recv_inq", "reuseaddr", "reuseport", "sndbuf", "tfo_connect",
+                 "tfo_key", "tfo_no_cookie", "tfo_qlen", "tsflags", "zerocopy")
 
     def __init__(self, config: StackConfig) -> None:
         self.config = config
@@ -174,6 +175,7 @@ class SocketOptions:
         self.tsflags = 0                    # SO_TIMESTAMPING flags (sk_tsflags)
         self.mark = 0                       # SO_MARK: kept and reported, no policy routing here
         self.freebind = False               # IP_FREEBIND: bind() to an address not on the host
+        self.oob_inline = False             # SO_OOBINLINE: urgent data stays in the stream
 
     @property
     def cc_name(self) -> str | None:
@@ -191,6 +193,7 @@ class SocketOptions:
         child.recv_inq = self.recv_inq      # tcp_sock is copied whole (tp->recvmsg_inq)
         child.zerocopy, child.tsflags, child.mark = self.zerocopy, self.tsflags, self.mark   # sock flags
         child.freebind = self.freebind
+        child.oob_inline = self.oob_inline  # sock flags are copied (sk_clone_lock)
         return child
 
     def apply_to_listener(self, lst: Listener) -> None:
@@ -211,6 +214,8 @@ class SocketOptions:
             conn.set_congestion_control(cc)
         if self.tsflags:
             self._timestamps(conn).flags = self.tsflags
+        if self.oob_inline:
+            conn.rx.urgent.set_inline(True)
 
     @staticmethod
     def _timestamps(conn: Connection) -> TxTimestamps:
@@ -224,6 +229,8 @@ class SocketOptions:
 
         listener.options can only copy attributes, and a controller object must not be shared.
         """
+        if self.oob_inline:
+            conn.rx.urgent.set_inline(True)
         if self._cc_name is not None and conn.cc.name != self._cc_name \
                 and conn.snd_nxt <= conn.snd_una + 1:
             cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
@@ -279,6 +286,11 @@ class SocketOptions:
             return Effect.NONE
         if optname == SO_KEEPALIVE:
             return self._attr("keepalive", bool(int_value(value)), conn, listener)
+        if optname == SO_OOBINLINE:
+            self.oob_inline = bool(int_value(value))     # a sock flag (SOCK_URGINLINE)
+            if conn is not None:
+                conn.rx.urgent.set_inline(self.oob_inline)
+            return Effect.NONE
         if optname == SO_SNDBUF:
             # Doubled and locked against autotuning (SOCK_SNDBUF_LOCK); sk_write_space()
             # may then wake a writer.
@@ -497,6 +509,8 @@ class SocketOptions:
             return int(self.reuseport)
         if optname == SO_KEEPALIVE:
             return int(bool(self._opt("keepalive", conn, False)))
+        if optname == SO_OOBINLINE:
+            return int(self.oob_inline)
         if optname == SO_SNDBUF:
             # sk_sndbuf: what SO_SNDBUF set, else tcp_wmem[1] as autotuning grew it.
             if conn is not None:

@@ -8,8 +8,8 @@ sends file bytes into a TCP socket as a ``write`` of them would (Linux ``do_send
 is given or the file position. ``splice(sock, NULL, pipe, NULL, len, flags)`` moves received
 bytes into a pipe (Linux ``tcp_splice_read`` over ``tcp_read_sock``): it returns what it moved,
 0 at EOF, EAGAIN on a non-blocking socket or with SPLICE_F_NONBLOCK, and otherwise waits for
-data. Linux also stops at the urgent mark of pending out-of-band data; the core delivers urgent
-bytes inline (it keeps no urgent mark), so that stop is not modelled.
+data. Like Linux it stops at the urgent mark (``__tcp_read_sock``): at the mark it moves nothing
+and returns 0 (the core keeps the mark, :mod:`usertcp.tcp.urgent`).
 """
 
 from __future__ import annotations
@@ -137,15 +137,18 @@ class FileCalls:
             if conn is None:
                 raise SysError(errno.ENOTCONN)
             room = PIPE_CAPACITY - out.pipe.size
-            take = min(length, room, conn.readable_bytes)
+            # __tcp_read_sock stops at the urgent mark (tcp/urgent.py).
+            take = conn.rx.urgent.read_sock_limit(conn, min(length, room, conn.readable_bytes))
             if take > 0:
                 data = conn.recv(take, self.sys.host.now())
                 self.sys.host.flush()
                 out.pipe.buf.append(data)
                 out.pipe.size += len(data)
                 return len(data)
-            if conn.readable_bytes and not room:
-                return 0                        # data queued but none may move: no loop
+            if conn.readable_bytes:
+                # tcp_splice_read: data queued but none may move (no room in the pipe, or the
+                # urgent mark at the read head): 0, "we do not want to loop".
+                return 0
             if conn.error:
                 from usertcp.api.sockopts import take_error
                 raise SysError(take_error(conn))

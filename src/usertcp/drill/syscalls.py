@@ -203,8 +203,10 @@ class Syscalls:
         if conn.fin_received or conn.read_shutdown or closed:
             # tcp_done (reset, timeout) sets SHUTDOWN_MASK: readable (EOF or the error).
             out |= S["POLLIN"] | S["POLLRDNORM"] | S["POLLRDHUP"]
-        if conn.readable_bytes:
+        if conn.rx.urgent.readable(conn):      # a lone urgent byte at the mark does not count
             out |= S["POLLIN"] | S["POLLRDNORM"]
+        if conn.rx.urgent.pollpri:             # tcp_poll: the urgent byte is held
+            out |= S["POLLPRI"]
         if (
             not closed
             and not conn.write_shutdown

@@ -219,6 +219,8 @@ class TransferCalls:
     def recv(self, sock: Sock, want: Expr, n: int, flags: int) -> SyscallGen:
         nonblocking = sock.nonblocking or bool(flags & S["MSG_DONTWAIT"])
         peek = bool(flags & S["MSG_PEEK"])
+        if flags & S["MSG_OOB"]:
+            return _recv_oob(sock, want, n, peek)
         host = self.sys.host
         while True:
             conn = sock.conn
@@ -244,6 +246,8 @@ class TransferCalls:
                 else:
                     data = conn.recv(n, host.now())
                     host.flush()
+                    if n and not data:
+                        continue       # only the urgent byte went (out of band): nothing yet
                 check_contents(want, data)
                 return len(data)
             if conn.error:
@@ -289,6 +293,20 @@ class TransferCalls:
         vec = iov(args[1])
         want: Expr = vec[0][0] if len(vec) == 1 else EllipsisExpr()
         return (yield from self.recv(sock, want, sum(ln for _b, ln in vec), 0))
+
+
+def _recv_oob(sock: Sock, want: Expr, n: int, peek: bool) -> int:
+    """recv(MSG_OOB): the held urgent byte (tcp_recv_urg); it never blocks."""
+    conn = sock.conn
+    if conn is None:
+        raise SysError(errno.EINVAL)
+    try:
+        byte = conn.rx.urgent.recv_oob(conn, peek)
+    except OSError as exc:
+        raise SysError(exc.errno or errno.EINVAL) from exc
+    data = b"" if byte is None or not n else bytes([byte])
+    check_contents(want, data)
+    return len(data)
 
 
 def _wait_connect(conn: Connection) -> Generator[float | None, None, None]:

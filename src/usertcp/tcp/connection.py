@@ -489,7 +489,7 @@ class Connection:
     def recv(self, n: int, now: float) -> bytes:
         if self.collector is not None:
             raise ReceiveClaimedError()
-        data = self.rcv_buf.read(n)
+        data = self.rx.read(n)             # bounded by the urgent mark (tcp/urgent.py)
         if data:
             self.rx.after_read(now)
             self.rx.update_prediction()
@@ -498,7 +498,7 @@ class Connection:
     def recv_into(self, target: memoryview, now: float) -> int:
         if self.collector is not None:
             raise ReceiveClaimedError()
-        n = self.rcv_buf.read_into(target)
+        n = self.rx.read_into(target)
         if n:
             self.rx.after_read(now)
             self.rx.update_prediction()
@@ -789,8 +789,8 @@ class Connection:
         mib = self.mib
         flags = seg.flags
         plen = len(seg.payload)
-        if flags & URG:
-            mib["UsertcpUrgentSegs"] += 1     # urgent data is delivered inline (RFC 6093)
+        if flags & URG or self.rx.urgent.held:
+            self.rx.urgent.on_segment(self, seg, seg_off)   # tcp_urg (tcp/urgent.py)
         if not plen and not flags & FIN:
             return
         if self.state not in RECEIVING:

@@ -18,6 +18,7 @@ from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.recovery import ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
+from usertcp.tcp.urgent import Urgent
 from usertcp.tcp.wakeup import KEY_READABLE
 from usertcp.tcp.window import TS_OPTION_SPACE, select_initial_window, win_from_space
 from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, PSH, SYN, URG, Segment
@@ -34,7 +35,7 @@ class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
     __slots__ = ("ack_now", "ack_pending", "ato", "ce_state", "conn", "dsack", "last_seg_size", "lrcvtime",
-                 "pingpong", "quickack", "rcv_wnd_initial", "window_clamp")
+                 "pingpong", "quickack", "rcv_wnd_initial", "urgent", "window_clamp")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
@@ -49,6 +50,7 @@ class Receive:
         self.ato = 0.0                 # Linux icsk_ack.ato: the delayed-ACK timeout; 0 until data came
         self.window_clamp = 0          # Linux tp->window_clamp (0: none yet), see tcp/window.py
         self.rcv_wnd_initial = MAX_WINDOW   # the SYN's window (tcp_select_initial_window)
+        self.urgent = Urgent()         # the urgent mark: tp->urg_data, tp->urg_seq (tcp/urgent.py)
 
     def init_window(self, wscale_ok: bool) -> None:
         """The first window, its clamp and the window scale, before our SYN or SYN-ACK
@@ -495,6 +497,19 @@ class Receive:
             c.tx.check_space()
         c.reschedule()
 
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` queued bytes for the application, bounded by the urgent mark."""
+        c = self.conn
+        return self.urgent.recv(c, n) if self.urgent.held else c.rcv_buf.read(n)
+
+    def read_into(self, target: memoryview) -> int:
+        c = self.conn
+        if not self.urgent.held:
+            return c.rcv_buf.read_into(target)
+        data = self.urgent.recv(c, len(target))
+        target[:len(data)] = data
+        return len(data)
+
     def update_prediction(self) -> None:
         """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
         c = self.conn
@@ -502,7 +517,7 @@ class Receive:
         # every predicted segment, and ``predicted`` does the full ACK processing then.
         if (c.state is State.ESTABLISHED and c.config.header_prediction and c.ooo.empty
                 and not c.closed_by_app and c.rcv_adv > c.rcv_nxt
-                and c.rcvbuf_limit > len(c.rcv_buf)
+                and c.rcvbuf_limit > len(c.rcv_buf) and not self.urgent.held
                 and (c.md5_key is None or c.config.md5_fast_path)):
             hdr_len = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
             window = c.snd_wnd >> c.snd_wscale
