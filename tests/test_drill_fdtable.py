@@ -1,6 +1,6 @@
 """The drill shim's descriptors (drill/fdtable.py): the kernel's lowest-free numbers and
-packetdrill's map of script numbers to them (CHECK_FD), and a read on a deferred
-TCP_FASTOPEN_CONNECT socket."""
+packetdrill's map of script numbers to them (CHECK_FD), a read on a deferred
+TCP_FASTOPEN_CONNECT socket, and when packetdrill's syscall thread checks a blocking call."""
 
 from __future__ import annotations
 
@@ -77,3 +77,25 @@ sysctl -q net.ipv4.tcp_timestamps=0`
    +0 write(4, ..., 10) = 10
    +0 > S 0:10(10) <mss 1460,nop,nop,sackOK,nop,wscale 8,FO abcd1234,nop,nop>
 """))
+
+
+# A client whose connect() times out after one SYN retransmission (1 s, then 2 s more).
+_SYN_TIMEOUT = """\
+`sysctl -q net.ipv4.tcp_syn_retries=1`
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0...{end} connect(3, ..., ...) = -1 ETIMEDOUT (Connection timed out)
+   +0 > S 0:0(0) <mss 1460,sackOK,TS val 100 ecr 0,nop,wscale 8>
+   +1 > S 0:0(0) <mss 1460,sackOK,TS val 1100 ecr 0,nop,wscale 8>
+{last}"""
+
+
+def test_a_pending_call_is_checked_after_the_outbound_wait_it_ended_in() -> None:
+    """packetdrill's syscall thread checks its return under the lock the main thread holds while
+    it sniffs: a packet that never comes is the failure reported, not the early return."""
+    missing = "   +2 > S 0:0(0) <mss 1460,sackOK,TS val 3100 ecr 0,nop,wscale 8>\n"
+    res = _run(_SYN_TIMEOUT.format(end="30", last=missing))
+    assert res.status == "failed" and res.line == 6 and "timed out waiting for outbound packet" in res.reason
+    # With no packet wait in the way, the early return is the failure.
+    res = _run(_SYN_TIMEOUT.format(end="30", last="  +10 close(3) = 0\n"))
+    assert res.status == "failed" and res.line == 3 and "timing error" in res.reason
+    _passes(_run(_SYN_TIMEOUT.format(end="3", last="")))
