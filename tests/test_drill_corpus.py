@@ -98,8 +98,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('skipped', 8, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
     'gtests/net/tcp/ts_recent/invalid_ack.pkt':
         ('failed', 24, 'outbound packet differs: ack (expected 1001, actual 1); TS e'),
-    'gtests/net/tcp/zerocopy/fastopen-client.pkt':
-        ('failed', 43, 'recvmsg() returned -1 EAGAIN (Resource temporarily unavailab'),
     'gtests/net/tcp/zerocopy/maxfrags.pkt':
         ('failed', 52, 'outbound packet differs: payload length (expected 17, actual'),
 }  # fmt: skip
@@ -155,7 +153,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="285/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="287/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

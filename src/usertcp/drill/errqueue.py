@@ -35,12 +35,21 @@ S = SYMBOLS
 class SendNotes:
     """The zerocopy range one send call takes (the timestamp mark is the core's, in the write)."""
 
-    __slots__ = ("send",)
+    __slots__ = ("flags", "send")
 
     def __init__(self, sock: Sock, flags: int) -> None:
+        self.flags = flags
+        self.send: ZerocopySend | None = None
+        self.attach(sock)
+
+    def attach(self, sock: Sock) -> None:
+        """Take the range once the socket has a connection: at the call's start, or when a
+        sendto(MSG_FASTOPEN) creates it (tcp_sendmsg_locked allocates the uarg before
+        tcp_sendmsg_fastopen, and tcp_send_syn_data puts the SYN's data under it)."""
         conn = sock.conn
-        self.send = ZerocopySend(conn) if conn is not None and flags & S["MSG_ZEROCOPY"] \
-            and sock.options.zerocopy else None
+        if self.send is None and conn is not None and self.flags & S["MSG_ZEROCOPY"] \
+                and sock.options.zerocopy:
+            self.send = ZerocopySend(conn)
 
     def finish(self, sock: Sock) -> None:
         """The call ends (returned or failed): account for the bytes it queued."""

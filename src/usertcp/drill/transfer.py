@@ -53,12 +53,11 @@ class TransferCalls:
 
     def send(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None = None) -> SyscallGen:
         """tcp_sendmsg_locked; ``data`` None is a buffer the kernel cannot read (EFAULT)."""
-        notes = SendNotes(sock, flags) if sock.conn is not None else None   # MSG_ZEROCOPY, timestamps
+        notes = SendNotes(sock, flags)     # MSG_ZEROCOPY (timestamps are the core's)
         try:
-            return (yield from self._send_data(sock, data, flags, addr))
+            return (yield from self._send_data(sock, data, flags, addr, notes))
         finally:
-            if notes is not None:
-                notes.finish(sock)
+            notes.finish(sock)
 
     def _send_preload(self, sock: Sock, data: bytes | None) -> int:
         """Listener preload: appended to what goes out on every later passive connection,
@@ -74,7 +73,8 @@ class TransferCalls:
             raise SysError(exc.errno or errno.EINVAL) from exc
         return len(data)
 
-    def _send_data(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None) -> SyscallGen:
+    def _send_data(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None,
+                   notes: SendNotes) -> SyscallGen:
         if flags & S["MSG_PRELOAD"]:
             return self._send_preload(sock, data)
         more = bool(flags & S["MSG_MORE"])
@@ -82,7 +82,7 @@ class TransferCalls:
         nonblocking = sock.nonblocking or bool(flags & S["MSG_DONTWAIT"])
         total = 0
         if flags & S["MSG_FASTOPEN"] or sock.deferred_connect:
-            total, done = yield from self._sendmsg_fastopen(sock, data, addr, nonblocking)
+            total, done = yield from self._sendmsg_fastopen(sock, data, addr, nonblocking, notes)
             if done:
                 return total       # EINPROGRESS with data in the SYN: the SYN's bytes count
         conn = sock.conn
@@ -144,8 +144,8 @@ class TransferCalls:
         host.flush()
         return n
 
-    def _sendmsg_fastopen(self, sock: Sock, data: bytes | None, addr: Expr | None, nonblocking: bool
-                          ) -> Generator[float | None, None, tuple[int, bool]]:
+    def _sendmsg_fastopen(self, sock: Sock, data: bytes | None, addr: Expr | None, nonblocking: bool,
+                          notes: SendNotes) -> Generator[float | None, None, tuple[int, bool]]:
         """tcp_sendmsg_fastopen then __inet_stream_connect(is_sendmsg): connect with what the SYN
         may carry of ``data``. Returns (bytes the SYN took, True if the call ends there)."""
         sys = self.sys
@@ -168,6 +168,7 @@ class TransferCalls:
             _fam, ip, port = sockaddr(addr if addr is not None else EllipsisExpr(), sys.host.remote_ip,
                                       sys.host.connect_port)
             conn = sys.lifecycle.new_conn(sock, ip, port)
+            notes.attach(sock)
             sock.sock_state = SS_CONNECTING
             copied = fastopen.tfo_connect(conn, data, now, no_cookie=no_cookie)
             sys.host.on_connect(sock)
