@@ -266,10 +266,12 @@ class Recovery:
         c = self.conn
         if r.tx_count > 1 and now - r.tx_time < (c.rtt.min_rtt or 0.0):
             return                      # the ACK may be for the original transmission
+        # RFC 8985 §6.2 step 2, Linux tcp_rack_advance(): RACK.rtt is the RTT of every
+        # delivered segment in turn, even one sent before RACK.xmit_ts.
+        self.rack_rtt = now - r.tx_time
         if r.tx_time > self.rack_xmit_ts or (r.tx_time == self.rack_xmit_ts and r.end > self.rack_end):
             self.rack_xmit_ts = r.tx_time
             self.rack_end = r.end
-            self.rack_rtt = now - r.tx_time
         if r.end < (self.rack_fack if fack < 0 else fack):
             if r.tx_count == 1:
                 # Delivered below what was already delivered, never retransmitted: reordering.
