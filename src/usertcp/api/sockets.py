@@ -137,6 +137,8 @@ class Socket(SocketCore):
                 self._start_connect(ip, port, now, data=bytes(view))
                 copied = self._tfo_copied
             conn = self._conn
+            if conn is not None and err != errno.EALREADY and flags & MSG_ZEROCOPY and self.options.zerocopy:
+                ZerocopySend(conn, syn_data=True).finish(conn)   # the SYN's data takes an id
             connecting = conn is not None and conn.state in CONNECTING
         self._kick()
         if nonblocking and connecting:

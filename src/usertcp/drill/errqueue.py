@@ -37,17 +37,23 @@ S = SYMBOLS
 class SendNotes:
     """The zerocopy range one send call takes (the timestamp mark is the core's, in the write)."""
 
-    __slots__ = ("send",)
+    __slots__ = ("send", "zerocopy")
 
     def __init__(self, sock: Sock, flags: int) -> None:
         conn = sock.conn
-        self.send = ZerocopySend(conn) if conn is not None and flags & S["MSG_ZEROCOPY"] \
-            and sock.options.zerocopy else None
+        self.zerocopy = bool(flags & S["MSG_ZEROCOPY"]) and sock.options.zerocopy
+        self.send = ZerocopySend(conn) if conn is not None and self.zerocopy else None
 
     def finish(self, sock: Sock) -> None:
-        """The call ends (returned or failed): account for the bytes it queued."""
-        if self.send is not None and sock.conn is not None:
-            self.send.finish(sock.conn)
+        """The call ends (returned or failed): account for the bytes it queued; a call that
+        opened the connection (sendto MSG_FASTOPEN) takes the id for its SYN's data."""
+        conn = sock.conn
+        if conn is None:
+            return
+        if self.send is None and self.zerocopy:
+            self.send = ZerocopySend(conn, syn_data=True)
+        if self.send is not None:
+            self.send.finish(conn)
 
 
 def recv_errqueue(host: Host, sock: Sock, msg: Struct) -> int:

@@ -506,12 +506,11 @@ class Syscalls:
 
     def _send(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None = None) -> SyscallGen:
         """tcp_sendmsg_locked; ``data`` None is a buffer the kernel cannot read (EFAULT)."""
-        notes = SendNotes(sock, flags) if sock.conn is not None else None   # MSG_ZEROCOPY, timestamps
+        notes = SendNotes(sock, flags)      # MSG_ZEROCOPY (with MSG_FASTOPEN too), timestamps
         try:
             return (yield from self._send_data(sock, data, flags, addr))
         finally:
-            if notes is not None:
-                notes.finish(sock)
+            notes.finish(sock)
 
     def _send_data(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None) -> SyscallGen:
         if flags & S["MSG_PRELOAD"]:

@@ -105,13 +105,16 @@ class ZerocopySend:
 
     __slots__ = ("extend", "start", "zerocopy")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, *, syn_data: bool = False) -> None:
+        """``syn_data``: the call opened ``conn`` with MSG_FASTOPEN (tcp_sendmsg_fastopen hands
+        the call's ``uarg`` to the SYN, tcp_send_syn_data): the range starts at the stream's
+        first byte, whatever the SYN took of it."""
         queue = conn.error_queue()
         if queue.zerocopy is None:
             queue.zerocopy = Zerocopy()
         self.zerocopy = queue.zerocopy
-        self.start = conn.snd_buf.end
-        self.extend = self.zerocopy.begin(conn)
+        self.start = 0 if syn_data else conn.snd_buf.end
+        self.extend = False if syn_data else self.zerocopy.begin(conn)
 
     def finish(self, conn: Connection) -> None:
         """The call ended (returned or failed): the bytes it queued take their id."""
