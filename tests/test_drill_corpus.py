@@ -99,8 +99,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 19, 'splice() returned 1, expected 0'),
     'gtests/net/tcp/ts_recent/invalid_ack.pkt':
         ('failed', 24, 'outbound packet differs: ack (expected 1001, actual 1); TS e'),
-    'gtests/net/tcp/zerocopy/maxfrags.pkt':
-        ('failed', 52, 'outbound packet differs: payload length (expected 17, actual'),
 }  # fmt: skip
 
 pytestmark = pytest.mark.skipif(
@@ -154,7 +152,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="281/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="283/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

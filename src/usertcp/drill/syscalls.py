@@ -32,6 +32,7 @@ from usertcp.drill.profile import Environment, Unsupported
 from usertcp.tcp import fastopen, fastopen_client
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.stack import Listener, Stack
+from usertcp.tcp.zerocopy import regions_after
 
 __all__ = [
     "SUPPORTED_SOCKOPTS",
@@ -504,15 +505,18 @@ class Syscalls:
 
     # ---------------------------------------------------------------- data
 
-    def _send(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None = None) -> SyscallGen:
-        """tcp_sendmsg_locked; ``data`` None is a buffer the kernel cannot read (EFAULT)."""
+    def _send(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None = None,
+              regions: tuple[int, ...] = ()) -> SyscallGen:
+        """tcp_sendmsg_locked; ``data`` None is a buffer the kernel cannot read (EFAULT);
+        ``regions``: the lengths of its iovec (MSG_ZEROCOPY frags)."""
         notes = SendNotes(sock, flags)      # MSG_ZEROCOPY (with MSG_FASTOPEN too), timestamps
         try:
-            return (yield from self._send_data(sock, data, flags, addr))
+            return (yield from self._send_data(sock, data, flags, addr, regions))
         finally:
             notes.finish(sock)
 
-    def _send_data(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None) -> SyscallGen:
+    def _send_data(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None,
+                   regions: tuple[int, ...]) -> SyscallGen:
         if flags & S["MSG_PRELOAD"]:
             # Listener preload: appended to what goes out on every later passive connection,
             # sent by the stack itself (after the 3rd ACK, or in a fast-open SYN-ACK).
@@ -575,8 +579,9 @@ class Syscalls:
                     continue
                 asleep = -1
             try:
-                n = conn.send(data[total:], self.host.now(), more=more, eor=eor,
-                              tstamp=2 if nonblocking else 1)
+                zc = bool(flags & S["MSG_ZEROCOPY"]) and sock.options.zerocopy
+                n = conn.send(data[total:], self.host.now(), more=more, eor=eor, pinned=zc,
+                              tstamp=2 if nonblocking else 1, regions=regions_after(regions, total))
             except OSError as exc:
                 raise SysError(exc.errno or errno.EPIPE) from exc
             if n and not conn.is_synchronized:
@@ -658,7 +663,7 @@ class Syscalls:
         parts = [_user_buffer(base, ln) for base, ln in iov]
         data = None if None in parts else b"".join(p for p in parts if p is not None)
         addr = named["msg_name"].value if "msg_name" in named else None
-        return (yield from self._send(sock, data, value(args[2]), addr))
+        return (yield from self._send(sock, data, value(args[2]), addr, tuple(ln for _b, ln in iov)))
 
     def sys_writev(self, args: list[Expr]) -> SyscallGen:
         sock = self._sock(args[0])

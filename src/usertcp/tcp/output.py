@@ -9,9 +9,11 @@ options, and the emit path that turns one segment into an IP packet for the stac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.buffers import SKB_EOR, SKB_PSH
+from usertcp.tcp.buffers import MAX_SKB_FRAGS, SKB_EOR, SKB_PSH
 from usertcp.tcp.info import (
     CHRONO_BUSY,
     CHRONO_RWND_LIMITED,
@@ -30,6 +32,7 @@ from usertcp.tcp.recovery import (
 )
 from usertcp.tcp.seq import SEQ_MASK
 from usertcp.tcp.states import SYNCHRONIZED, State
+from usertcp.tcp.zerocopy import frag_fit
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import ACK, CWR, ECE, ECN_ECT0, FIN, PSH, RST, SYN, Buffer, Segment
 from usertcp.wire.tcp import encode_options
@@ -661,16 +664,19 @@ class Output:
             c.sndbuf_limit = min(sndmem, c.config.wmem[2])
 
     def write(self, data: Buffer, now: float, more: bool, eor: bool = False, pinned: bool = False,
-              tstamp: int = 0) -> int:
+              tstamp: int = 0, regions: Sequence[int] = ()) -> int:
         """Copy ``data`` into the send buffer skb by skb (Linux tcp_sendmsg_locked), pushing
         full skbs as Linux does (forced_push, tcp_push_one) and the rest at the end
-        (tcp_push); ``eor`` (MSG_EOR) closes the last skb to later writes."""
+        (tcp_push); ``eor`` (MSG_EOR) closes the last skb to later writes. A ``pinned``
+        (MSG_ZEROCOPY) write adds frags, one per page of each of its memory ``regions``
+        (the lengths of its iovec; one region if none), at most MAX_SKB_FRAGS per skb."""
         c = self.conn
         buf = c.snd_buf
         total = len(data)
         mem = c.stack.mem
         view = data if isinstance(data, memoryview) else memoryview(data)
         owned = pinned or isinstance(data, bytes)   # pinned: MSG_ZEROCOPY, kept until acked
+        zc_ends = list(accumulate(regions)) if pinned and regions else [total] if pinned else None
         goal = self.size_goal()
         copied = 0
         if total and not c.unsent_bytes:
@@ -679,6 +685,8 @@ class Output:
             copy = buf.tail_room(goal)
             new_skb = copy <= 0
             if new_skb:
+                if buf.tail_frags_full():
+                    self.mark_pushed()     # out of frags: tcp_mark_push(), goto new_segment
                 if not c.memory_free:
                     c.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
                     break
@@ -688,15 +696,19 @@ class Output:
             if copy <= 0:
                 c.mib["UsertcpSendMemLimited"] += 1
                 break
+            frags = 0
+            if zc_ends is not None:       # skb_zerocopy_iter_stream(): as many frags as fit
+                room = MAX_SKB_FRAGS - (0 if new_skb else buf.tail_frags)
+                copy, frags = frag_fit(zc_ends, copied, copy, room)
             if owned:
                 chunk: Buffer = data if copy == total else view[copied:copied + copy]
             else:
                 chunk = bytes(view[copied:copied + copy])   # the caller may reuse a mutable buffer
             if not new_skb and not copied:
                 buf.clear_push()   # tcp_sendmsg_locked: "if (!copied) tcp_flags &= ~TCPHDR_PSH"
-            buf.append(chunk, new_skb=new_skb)
+            buf.append(chunk, new_skb=new_skb, frags=frags)
             copied += copy
-            if copied < total and c.is_synchronized and buf.tail_room(goal) == 0:
+            if copied < total and c.is_synchronized and buf.tail_len() >= goal:
                 goal = self._push_full_skb(now, more, goal)
         if copied <= 0:
             return 0
