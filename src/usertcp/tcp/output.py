@@ -414,6 +414,7 @@ class Output:
         flags = ACK
         if r.fin:
             flags |= FIN
+        # __tcp_transmit_skb(): PSH on a multi-segment packet, retransmitted or not.
         if dlen > mss or (dlen and buf.skb_flags(r.start - 1) & SKB_PSH
                           and buf.skb_end(r.start - 1) == r.start - 1 + dlen):
             flags |= PSH
@@ -584,9 +585,10 @@ class Output:
     def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False) -> bool:
         """Send new data [off, off+size) as one packet, made one skb (tcp_grow_skb merges
         the skbs it covers, tso_fragment cuts the one it ends in), so PSH is the mark
-        (tcp_mark_push) of an skb it ends. Linux 6.18 also sets PSH on every multi-segment
-        GSO packet (seen on this machine's kernel by tools/kernel_psh_probe.py);
-        segmentation keeps it on the last segment only."""
+        (tcp_mark_push) of an skb it ends. Linux __tcp_transmit_skb() also sets PSH on every
+        multi-segment packet (tcp_skb_pcount(skb) > 1, "to expedite GRO flush at receiver";
+        seen on this machine's kernel by tools/kernel_psh_probe.py); segmentation keeps it
+        on the last segment only."""
         c = self.conn
         rec = c.recovery
         tm = c.timers
