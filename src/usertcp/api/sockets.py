@@ -377,7 +377,7 @@ class Socket(SocketCore):
             if bufsize < 0 or ancbufsize < 0:
                 raise ValueError("negative buffer size in recvmsg()")
             self._check_open()
-            return errqueue.recv_errqueue(self, ancbufsize)
+            return errqueue.recv_errqueue(self, ancbufsize, bufsize)
         return stdio.recvmsg(self, bufsize, ancbufsize, flags)
 
     def recvmsg_into(self, buffers: Iterable[Any], ancbufsize: int = 0,

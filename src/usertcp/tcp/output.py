@@ -603,16 +603,22 @@ class Output:
         end = off + size + (1 if fin else 0)
         if c.in_flight == 0 and self.data_sent_time >= 0:
             c.cc.on_tx_start(now - self.data_sent_time, now)   # tcp_event_data_sent()
+        # __tcp_transmit_skb counts the data before the hand-off, so that a transmit
+        # timestamp's OPT_STATS (taken by the driver) include this packet.
+        segs = -(-size // mss)
+        self.bytes_sent += size
+        c.data_segs_out += segs
         if size <= mss or c.stack.gso_max_size > 0:
             payload = buf.views(start, size) if size else []
-            if not self.emit(now, off, flags, payload, gso_size=mss if size > mss else 0):
-                return False   # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
-        elif not self.emit_segmented(now, off, size, flags):
+            ok = self.emit(now, off, flags, payload, gso_size=mss if size > mss else 0)
+        else:
+            ok = self.emit_segmented(now, off, size, flags)
+        if not ok:
+            self.bytes_sent -= size    # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
+            c.data_segs_out -= segs
             return False
         if size:
             buf.send_packet(start, start + size)   # tcp_grow_skb, tso_fragment
-            self.bytes_sent += size
-            c.data_segs_out += -(-size // mss)
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off
         rec.rtx.append(SentSegment(off, end, fin, now))
