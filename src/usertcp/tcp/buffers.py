@@ -357,28 +357,43 @@ class RecvBuffer:
     The stack's account is charged each chunk's truesize, not its length (Linux charges
     sk_rmem_alloc with skb->truesize, tcp_try_rmem_schedule): a 1-byte segment keeps a whole
     packet buffer alive. Runs of small segments are collapsed into one buffer (tcp_collapse,
-    counted as TcpExtTCPRcvCollapsed), which gives most of that memory back."""
+    counted as TcpExtTCPRcvCollapsed), which gives most of that memory back.
 
-    __slots__ = ("_chunks", "_costs", "_small", "acct", "charged", "size")
+    Once receive timestamps are on (:meth:`enable_stamps`: SO_TIMESTAMP, SO_TIMESTAMPNS or
+    SOF_TIMESTAMPING_RX_SOFTWARE, Linux net_enable_timestamp), each chunk keeps its arrival
+    time (skb->tstamp) and a read leaves in ``last_stamp`` that of the last chunk it took
+    bytes from (tcp_update_recv_tstamps); chunks queued before have none (-1)."""
+
+    __slots__ = ("_chunks", "_costs", "_small", "_stamps", "acct", "charged", "last_stamp", "size")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self._chunks: deque[memoryview] = deque()
         self._costs: deque[int] = deque()      # the truesize charged for each chunk
         self._small = 0                        # small chunks in a row at the tail
+        self._stamps: deque[float] | None = None   # arrival time of each chunk, when asked for
+        self.last_stamp = -1.0                 # of the last chunk the last read took from
         self.size = 0
         self.charged = 0
         self.acct = acct
 
+    def enable_stamps(self) -> None:
+        """Keep arrival times from now on (chunks already queued have none)."""
+        if self._stamps is None:
+            self._stamps = deque([-1.0] * len(self._chunks))
+
     def __len__(self) -> int:
         return self.size
 
-    def append(self, data: memoryview) -> None:
+    def append(self, data: memoryview, now: float = -1.0) -> None:
+        """Queue an in-order chunk that arrived at ``now`` (its receive timestamp)."""
         n = len(data)
         if not n:
             return
         cost = truesize(data)
         self._chunks.append(data)
         self._costs.append(cost)
+        if self._stamps is not None:
+            self._stamps.append(now)
         self.size += n
         self._charge(cost)
         if cost > 2 * n:
@@ -401,6 +416,12 @@ class RecvBuffer:
         parts.reverse()
         merged = memoryview(b"".join(parts))
         chunks.append(merged)
+        stamps = self._stamps
+        if stamps is not None:             # the collapsed skb keeps the first one's header
+            first = -1.0
+            for _ in range(count):
+                first = stamps.pop()
+            stamps.append(first)
         cost = truesize(merged)
         costs.append(cost)
         self._small = 0
@@ -416,6 +437,8 @@ class RecvBuffer:
     def _pop_head(self) -> memoryview:
         """The head chunk was consumed entirely: its whole truesize is freed."""
         self._uncharge(self._costs.popleft())
+        if self._stamps is not None:
+            self.last_stamp = self._stamps.popleft()
         if len(self._chunks) == 1:
             self._small = 0
         return self._chunks.popleft()
@@ -428,10 +451,14 @@ class RecvBuffer:
 
     def read(self, n: int) -> bytes:
         """Copy out and consume up to ``n`` bytes."""
+        self.last_stamp = -1.0
         if n >= self.size:
             out = b"".join(self._chunks)
             self._chunks.clear()
             self._costs.clear()
+            if self._stamps:
+                self.last_stamp = self._stamps[-1]
+                self._stamps.clear()
             self._small = 0
             self._uncharge(self.charged)
             self.size = 0
@@ -448,10 +475,17 @@ class RecvBuffer:
                 parts.append(c[:need])
                 chunks[0] = c[need:]
                 need = 0
+                self._note_partial()
         self.size -= n
         return b"".join(parts)
 
+    def _note_partial(self) -> None:
+        """The head chunk was read in part: its stamp is the read's (tcp_recvmsg)."""
+        if self._stamps:
+            self.last_stamp = self._stamps[0]
+
     def read_into(self, target: memoryview) -> int:
+        self.last_stamp = -1.0
         n = min(len(target), self.size)
         pos = 0
         chunks = self._chunks
@@ -464,10 +498,22 @@ class RecvBuffer:
                 self._pop_head()
             else:
                 chunks[0] = c[take:]
+                self._note_partial()
         self.size -= n
         return n
 
     def peek(self, offset: int, length: int) -> bytes:
+        """The bytes [offset, offset+length) left queued (MSG_PEEK); ``last_stamp`` is that of
+        the last chunk they come from, as a read's."""
+        self.last_stamp = -1.0
+        stamps = self._stamps
+        if stamps and length > 0:
+            pos = 0
+            for i, c in enumerate(self._chunks):
+                pos += len(c)
+                if pos >= offset + length:
+                    self.last_stamp = stamps[i]
+                    break
         return b"".join(self.views(offset, length))
 
     def views(self, offset: int, length: int) -> list[memoryview]:
@@ -490,6 +536,7 @@ class RecvBuffer:
         return out
 
     def discard(self, n: int) -> None:
+        self.last_stamp = -1.0
         n = min(n, self.size)
         chunks = self._chunks
         left = n

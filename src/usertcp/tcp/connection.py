@@ -422,9 +422,8 @@ class Connection:
              pinned: bool = False, tstamp: int = 0, regions: Sequence[int] = ()) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
         how many bytes were taken, 0 when a new skb is needed and none may be opened.
-        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion,
-        as frags of its memory ``regions``; ``tstamp`` marks the write's end for
-        SO_TIMESTAMPING (Output.write)."""
+        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion, as
+        frags of its ``regions``; ``tstamp``: SO_TIMESTAMPING (Output.write)."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:

@@ -718,11 +718,17 @@ class Output:
             copied += copy
             if copied < total and c.is_synchronized and buf.tail_len() >= goal:
                 goal = self._push_full_skb(now, more, goal)
-        if copied <= 0:
-            return 0
-        if eor and copied == total:
-            buf.mark_eor()
-        if c.errqueue is not None and (tstamp > 1 or (tstamp and copied == total)):
+        if copied > 0:
+            self._end_write(now, copied == total, more, eor, tstamp)
+        return copied
+
+    def _end_write(self, now: float, whole: bool, more: bool, eor: bool, tstamp: int) -> None:
+        """The end of tcp_sendmsg_locked for a write that queued bytes (all of them if
+        ``whole``): MSG_EOR, the timestamp mark, then tcp_push()."""
+        c = self.conn
+        if eor and whole:
+            c.snd_buf.mark_eor()
+        if c.errqueue is not None and (tstamp > 1 or (tstamp and whole)):
             c.errqueue.mark_write()    # tcp_tx_timestamp(), before the final tcp_push
         if not more or self.forced_push():
             self.mark_pushed()        # tcp_push(): tcp_mark_push() on the tail skb
@@ -732,7 +738,6 @@ class Output:
             self.more_pending = more
             self.run(now)
             self.more_pending = False
-        return copied
 
     def _push_full_skb(self, now: float, more: bool, goal: int) -> int:
         """A full skb with more to copy: forced_push() marks PSH and pushes every half max

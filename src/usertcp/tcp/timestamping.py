@@ -37,6 +37,7 @@ __all__ = [
     "SOF_TIMESTAMPING_MASK",
     "TxTimestamps",
     "opt_stats",
+    "recv_timestamps",
     "set_timestamping",
 ]
 
@@ -57,6 +58,10 @@ SOF_TIMESTAMPING_OPT_RX_FILTER: Final = 1 << 17
 SOF_TIMESTAMPING_MASK: Final = (SOF_TIMESTAMPING_OPT_RX_FILTER << 1) - 1
 SOF_TIMESTAMPING_TX_RECORD_MASK: Final = (SOF_TIMESTAMPING_TX_HARDWARE | SOF_TIMESTAMPING_TX_SOFTWARE
                                           | SOF_TIMESTAMPING_TX_SCHED | SOF_TIMESTAMPING_TX_ACK)
+# include/uapi/asm-generic/socket.h: the receive timestamp messages (64-bit "old" layouts).
+SO_TIMESTAMP_OLD: Final = 29          # SCM_TIMESTAMP: struct timeval
+SO_TIMESTAMPNS_OLD: Final = 35        # SCM_TIMESTAMPNS: struct timespec
+SCM_TIMESTAMPING_KIND: Final = 37     # SCM_TIMESTAMPING: struct scm_timestamping (ts[0] software)
 # include/uapi/linux/errqueue.h: ee_info of a timestamping entry.
 SCM_TSTAMP_SND: Final = 0
 SCM_TSTAMP_SCHED: Final = 1
@@ -205,3 +210,20 @@ def opt_stats(conn: Connection, now: float, edt: float, ttl: int = -1) -> bytes:
     if ttl >= 0:
         values[nla.TCP_NLA_TTL] = ttl
     return nla.encode_opt_stats(values)
+
+
+def recv_timestamps(stamp: float, rcvtstamp: bool, rcvtstampns: bool, tsflags: int) -> list[int]:
+    """Linux tcp_recv_timestamp(): the SOL_SOCKET messages a read reports for the arrival time
+    ``stamp`` of the last skb it took from (-1: that skb had none, nothing is reported), in
+    order: SO_TIMESTAMP_OLD or SO_TIMESTAMPNS_OLD (SOCK_RCVTSTAMP[NS]), then SCM_TIMESTAMPING
+    with the software time when SOF_TIMESTAMPING_SOFTWARE is set and receive reports are not
+    filtered out (SOF_TIMESTAMPING_RX_SOFTWARE, or no SOF_TIMESTAMPING_OPT_RX_FILTER)."""
+    out: list[int] = []
+    if stamp < 0:
+        return out
+    if rcvtstamp:
+        out.append(SO_TIMESTAMPNS_OLD if rcvtstampns else SO_TIMESTAMP_OLD)
+    if tsflags & SOF_TIMESTAMPING_SOFTWARE and (
+            tsflags & SOF_TIMESTAMPING_RX_SOFTWARE or not tsflags & SOF_TIMESTAMPING_OPT_RX_FILTER):
+        out.append(SCM_TIMESTAMPING_KIND)
+    return out
