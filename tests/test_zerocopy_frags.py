@@ -4,6 +4,8 @@ and closed (tcp_sendmsg_locked on -EMSGSIZE), and tcp_grow_skb() cannot pull int
 
 from __future__ import annotations
 
+import pytest
+
 from peer import ScriptedPeer
 from usertcp.tcp.buffers import MAX_SKB_FRAGS, PAGE_SIZE, SendBuffer
 from usertcp.tcp.config import StackConfig
@@ -78,3 +80,12 @@ def test_a_large_zerocopy_buffer_is_not_limited_by_frags() -> None:
     # One 10000-byte buffer: 3 pages, one skb; it leaves as Linux sends any 10 segments.
     assert conn.send(bytes(10000), peer.now, pinned=True) == 10000
     assert sum(len(s.seg.payload) for s in peer.drain()) == 10000
+
+
+def test_regions_must_cover_the_write() -> None:
+    peer, conn = _open()
+    with pytest.raises(ValueError):
+        conn.send(bytes(10), peer.now, pinned=True, regions=(4, 4))
+    with pytest.raises(ValueError):
+        conn.send(bytes(10), peer.now, pinned=True, regions=(10, 0))
+    assert conn.send_queue_bytes == 0

@@ -685,6 +685,8 @@ class Output:
         view = data if isinstance(data, memoryview) else memoryview(data)
         owned = pinned or isinstance(data, bytes)   # pinned: MSG_ZEROCOPY, kept until acked
         zc_ends = list(accumulate(regions)) if pinned and regions else [total] if pinned else None
+        if zc_ends is not None and (zc_ends[-1] != total or min(regions, default=1) <= 0):
+            raise ValueError(f"regions {tuple(regions)} do not cover the {total} bytes written")
         goal = self.size_goal()
         copied = 0
         if total and not c.unsent_bytes:
