@@ -419,16 +419,16 @@ class Connection:
     # ----------------------------------------------------------- user commands
 
     def send(self, data: Buffer, now: float, *, more: bool = False, eor: bool = False,
-             pinned: bool = False, tstamp: int = 0) -> int:
+             pinned: bool = False, tstamp: int = 0, regions: Sequence[int] = ()) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
         how many bytes were taken, 0 when a new skb is needed and none may be opened.
-        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion;
-        ``tstamp`` marks the write's end for SO_TIMESTAMPING (Output.write)."""
+        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion, as
+        frags of its ``regions``; ``tstamp``: SO_TIMESTAMPING (Output.write)."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        copied = self.tx.write(data, now, more, eor, pinned, tstamp)
+        copied = self.tx.write(data, now, more, eor, pinned, tstamp, regions)
         if copied and self.is_synchronized:
             self.reschedule()      # the stack must learn the retransmission deadline
         return copied

@@ -236,7 +236,7 @@ class Handshake:
         c = self.conn
         plen = len(payload)
         if plen:
-            c.rcv_buf.append(payload)
+            c.rcv_buf.append(payload, c.stack.now)
             c.rcv_nxt += plen
             c.bytes_received += plen
             c.data_segs_in += 1

@@ -257,7 +257,7 @@ class Receive:
             self.event_data_recv(now)
             self.grow_window(plen)
             if not c.read_shutdown or not c.closed_by_app:
-                c.rcv_buf.append(payload)
+                c.rcv_buf.append(payload, now)
             nxt += plen
             c.bytes_received += plen
         if fin:
@@ -268,7 +268,7 @@ class Receive:
             nxt_seq = (c.irs + nxt) & SEQ_MASK
             chunks, new_seq, ooo_fin = c.ooo.pop_ready(nxt_seq)
             for chunk in chunks:
-                c.rcv_buf.append(chunk)
+                c.rcv_buf.append(chunk, now)
                 c.bytes_received += len(chunk)
             if ooo_fin:
                 fin = True
@@ -471,7 +471,7 @@ class Receive:
         self.grow_window(plen)
         if c.ecn_flags:
             self.ecn_check_ce(ecn, now)
-        c.rcv_buf.append(payload)
+        c.rcv_buf.append(payload, now)
         c.rcv_nxt += plen
         c.bytes_received += plen
         self.schedule_ack(now, length=plen)

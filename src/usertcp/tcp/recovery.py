@@ -266,10 +266,12 @@ class Recovery:
         c = self.conn
         if r.tx_count > 1 and now - r.tx_time < (c.rtt.min_rtt or 0.0):
             return                      # the ACK may be for the original transmission
+        # RFC 8985 §6.2 step 2, Linux tcp_rack_advance(): RACK.rtt is the RTT of every
+        # delivered segment in turn, even one sent before RACK.xmit_ts.
+        self.rack_rtt = now - r.tx_time
         if r.tx_time > self.rack_xmit_ts or (r.tx_time == self.rack_xmit_ts and r.end > self.rack_end):
             self.rack_xmit_ts = r.tx_time
             self.rack_end = r.end
-            self.rack_rtt = now - r.tx_time
         if r.end < (self.rack_fack if fack < 0 else fack):
             if r.tx_count == 1:
                 # Delivered below what was already delivered, never retransmitted: reordering.
@@ -459,6 +461,8 @@ class Recovery:
             c.ecn_flags &= ~ECN_DEMAND_CWR
             if plen:
                 c.rx.ack_now = True
+        if c.errqueue is not None:
+            c.errqueue.ack_ttl = seg.ttl    # TCP_NLA_TTL of an ACK timestamp (tcp_ack_tstamp)
         sack_new = False
         sacked_before = self.sacked_bytes
         lost_before = self.lost_bytes
@@ -606,13 +610,13 @@ class Recovery:
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
             c.snd_buf.release(data_end)
-        if c.errqueue is not None:
-            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.snd_una = ack_off
         if c.snd_nxt < ack_off:
             c.snd_nxt = ack_off
         if ack_off > c.snd_max:
             c.snd_max = ack_off
+        if c.errqueue is not None:
+            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.bytes_acked += acked
         c.delivered += acked
         if tm.tlp_high >= 0 and ack_off >= tm.tlp_high:
