@@ -57,10 +57,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('skipped', 10, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
     'gtests/net/tcp/cubic/cubic-bulk-166k.pkt':
         ('skipped', 11, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
-    'gtests/net/tcp/cubic/cubic-hystart-delay-min-rtt-jumps-downward.pkt':
-        ('skipped', 8, "command not modelled: 'echo 3 > /sys/module/tcp_cubic/parame"),
-    'gtests/net/tcp/cubic/cubic-hystart-delay-rtt-jumps-upward.pkt':
-        ('skipped', 6, "command not modelled: 'echo 3 > /sys/module/tcp_cubic/parame"),
     'gtests/net/tcp/cwnd_moderation/cwnd-moderation-ecn-enter-cwr-no-moderation-700.pkt':
         ('failed', 24, "assertion failed: 'assert tcpi_ca_state == TCP_CA_CWR, tcpi_"),
     'gtests/net/tcp/epoll/epoll_out_edge.pkt':
@@ -158,7 +154,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="277/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="281/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

@@ -109,6 +109,8 @@ _QDISC_SET = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+p
 _QDISC_FQ = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+\S+\s+root\s+fq\b")
 _QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
 TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
+# ``echo VALUE > FILE`` into a module parameter or a sysctl file.
+_ECHO_WRITE = re.compile(r"^echo\s+(\S+)\s*>\s*(/sys/module/(\w+)/parameters/(\w+)|/proc/sys/\S+)$")
 _METRICS_FLUSH = re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$")   # the Fast Open cookie cache
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
@@ -208,6 +210,10 @@ class Environment:
             raise Unsupported(f"command not understood: {statement!r} ({exc})") from exc
 
     def _parse_statement(self, statement: str) -> None:
+        echo = _ECHO_WRITE.match(statement)
+        if echo is not None:
+            self._echo_write(echo, statement)
+            return
         stages = [s.strip() for s in statement.split("|")]
         if len(stages) > 1 or stages[0].startswith(("grep ", "nstat")):
             self._pipeline(stages, statement)
@@ -293,6 +299,20 @@ class Environment:
         stack.gso_max_size = link_gso_max_size(self.offload)
 
     # ------------------------------------------------------------------ sysctls
+
+    def _echo_write(self, echo: re.Match[str], statement: str) -> None:
+        """``echo V > /sys/module/M/parameters/P`` (StackConfig.apply_module_param: Linux
+        module parameters, read live by the module) or ``echo V > /proc/sys/...``."""
+        value, module, name = echo.group(1), echo.group(3), echo.group(4)
+        if module is None:
+            self.set_sysctl(echo.group(2), value, statement)
+            return
+        try:
+            ok = self.config.apply_module_param(module, name, value)
+        except (ValueError, PermissionError) as exc:
+            raise CommandError(f"{statement!r}: {exc}") from exc
+        if not ok:
+            raise Unsupported(f"module parameter not modelled: {statement!r}")
 
     def load_profile(self, path: str = "defaults.sh") -> None:
         """Run the ``defaults.sh`` at ``path`` (relative to the script's directory); with no

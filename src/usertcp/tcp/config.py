@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 
+from usertcp.tcp.hystart import CubicParams
+
 # net.ipv4.tcp_fastopen bits (include/net/tcp.h).
 TFO_CLIENT_ENABLE = 0x1
 TFO_SERVER_ENABLE = 0x2
@@ -37,6 +39,9 @@ class StackConfig:
     # moving average is 1/2**shift_g (RFC 8257 §3.3: g = 1/16), alpha starts at 1024 (= 1).
     dctcp_shift_g: int = 4
     dctcp_alpha_on_init: int = 1024
+    # tcp_cubic module parameters (/sys/module/tcp_cubic/parameters/), HyStart's included.
+    cubic: CubicParams = field(default_factory=CubicParams)
+    hystart_pp: bool = True               # usertcp: RFC 9406 HyStart++ in "cubic-rfc9438"
     initial_cwnd_segments: int = 10       # RFC 6928
     rto_initial: float = 1.0              # RFC 6298 §2.1
     rto_min: float = 0.2                  # Linux TCP_RTO_MIN
@@ -106,6 +111,15 @@ class StackConfig:
         if handler is None:
             return False
         return handler(self, value) is not False
+
+    def apply_module_param(self, module: str, name: str, value: str) -> bool:
+        """Write ``/sys/module/MODULE/parameters/NAME``; False if it is not modelled.
+        PermissionError for a read-only parameter, ValueError for a bad value."""
+        if module == "tcp_cubic":
+            return self.cubic.set(name, value)
+        if module == "tcp_dctcp" and name in ("dctcp_shift_g", "dctcp_alpha_on_init"):
+            return self.apply_sysctl(name, value)
+        return False
 
 
 def _int(v: str) -> int:
