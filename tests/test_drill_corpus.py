@@ -39,6 +39,8 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 #   either: the script was recorded on an older kernel.
 # - fr-4pkt-sack-bsd: a FreeBSD script (one MSS per packet); Linux on a TSO link sends two-segment
 #   packets, with PSH as 6.18 puts it on every multi-segment one (its twin fr-4pkt-sack-linux passes).
+# - cwnd-moderation-ecn-enter-cwr-no-moderation-700: expects cwnd 4 (PRR-CRB of kernels before 5.x);
+#   this machine's 6.18 enters CWR and gives cwnd 5, as we do (tools/kernel_cc_probe.py).
 # The corpus grew from 56 to 167 scripts (the whole upstream gtests/net/tcp tree plus packetdrill's
 # own tests); the entries that came with it are the open fidelity work: the transmit path (skbs and
 # TSO, MSG_EOR, MSG_ZEROCOPY, SO_TIMESTAMPING, TCP_NOTSENT_LOWAT and epoll, sendfile/splice, MTU
