@@ -58,7 +58,7 @@ def ecn_cwr(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     hdr, _ = build_tcp(US, PEER, PORT, syn.sport, me, syn.seq + 1, TCP_SYN | TCP_ACK | TCP_ECE, window=32792,
                        options=opts)
     dev.write(TxPacket(hdr))
-    rd.next(lambda seg, p, ok: seg.flags & TCP_ACK and not seg.payload)
+    rd.next(lambda seg, p, ok: bool(seg.flags & TCP_ACK) and not seg.payload)
     s.send(b"x" * 4000)
     end = 0
     while end < syn.seq + 4001:

@@ -20,6 +20,7 @@ file (an inline test script) gets the built-in profile.
 from __future__ import annotations
 
 import ast
+import ipaddress
 import operator
 import re
 import shlex
@@ -32,6 +33,7 @@ from usertcp.drill.offload import ETHTOOL_OFFLOADS_OFF, link_gso_max_size
 from usertcp.tcp import fastopen
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import State
+from usertcp.tcp.route import parse_route_metrics
 from usertcp.tcp.stack import Stack
 from usertcp.wire.segment import TxPacket
 
@@ -111,6 +113,8 @@ _QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
 TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
 # ``echo VALUE > FILE`` into a module parameter or a sysctl file.
 _ECHO_WRITE = re.compile(r"^echo\s+(\S+)\s*>\s*(/sys/module/(\w+)/parameters/(\w+)|/proc/sys/\S+)$")
+# ``ip [-4|-6] route add|change|replace DEST [via GW] dev tun0 [advmss N] [mtu [lock] N] [initcwnd N]``
+_ROUTE = re.compile(r"^ip\s+(?:-[46]\s+)?route\s+(add|change|replace)\s+(\S+)\s")
 _METRICS_FLUSH = re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$")   # the Fast Open cookie cache
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
@@ -179,6 +183,7 @@ class Environment:
     offload: bool = True            # TEST_DEVICE offers TSO (packetdrill's tun), until ethtool -K off
     # The script's scratch file system: what its ``dd``/``rm`` commands made, for open().
     files: dict[str, bytes] = field(default_factory=dict)
+    peer: str | None = None         # the script's remote address: the route packetdrill sets up
 
     # ------------------------------------------------------------------ entry
 
@@ -241,6 +246,10 @@ class Environment:
             if stack is not None:
                 self.attach(stack)
             return
+        route = _ROUTE.match(joined)
+        if route is not None:
+            self._route(route, words, statement)
+            return
         if _METRICS_FLUSH.match(joined):
             stack = self.stack_getter()
             if stack is not None:
@@ -297,6 +306,23 @@ class Environment:
         it creates its (lazy) stack, so a qdisc installed before the first socket applies."""
         stack.tx_refuse = _refuse_all if self.tx_blocked else None
         stack.gso_max_size = link_gso_max_size(self.offload)
+
+    def _route(self, route: re.Match[str], words: list[str], statement: str) -> None:
+        """Route metrics (StackConfig.routes, tcp/route.py). packetdrill routes the script's
+        peer through the test device: ``change`` finds only that route (for another destination
+        the kernel answers ENOENT, fib_table_insert/fib6_add_rt2node); ``add``/``replace`` make one."""
+        verb, dest = route.group(1), route.group(2)
+        rest = words[words.index(dest) + 1:]
+        if "dev" in rest and rest[rest.index("dev") + 1:][:1] != [TEST_DEVICE]:
+            raise Unsupported(f"route on another device not modelled: {statement!r}")
+        try:
+            metrics = parse_route_metrics(rest)
+            addr = ipaddress.ip_address(dest)
+        except ValueError as exc:
+            raise Unsupported(f"route not modelled: {statement!r} ({exc})") from exc
+        if verb == "change" and (self.peer is None or ipaddress.ip_address(self.peer) != addr):
+            raise CommandError(f"RTNETLINK answers: No such file or directory: {statement!r}")
+        self.config.routes.set(addr.packed, metrics)
 
     # ------------------------------------------------------------------ sysctls
 

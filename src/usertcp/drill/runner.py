@@ -116,7 +116,8 @@ class _Runner:
         if settings.mtu is not None:
             self.config.mtu = settings.mtu
         self._stack: Stack | None = None
-        self.env = Environment(self.config, lambda: self._stack, Path(script.path).parent)
+        self.env = Environment(self.config, lambda: self._stack, Path(script.path).parent,
+                               peer=settings.remote_ip)
         self.sys = Syscalls(self)
         self.now_s = 0.0
         self.cursor = 0.0

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field, fields
 
 from usertcp.tcp.hystart import CubicParams
+from usertcp.tcp.route import RouteTable
 
 # net.ipv4.tcp_fastopen bits (include/net/tcp.h).
 TFO_CLIENT_ENABLE = 0x1
@@ -76,6 +77,15 @@ class StackConfig:
     challenge_ack_limit: int = (1 << 31) - 1   # tcp_challenge_ack_limit: off (INT_MAX) since Linux 6.0
     invalid_ratelimit: float = 0.5        # tcp_invalid_ratelimit (per-socket out-of-window ACKs)
     mtu: int = 1500
+    routes: RouteTable = field(default_factory=RouteTable)   # ip route metrics (tcp/route.py)
+    # RFC 4821 packetization-layer PMTU discovery (tcp/mtu_probe.py): tcp_mtu_probing 0 off,
+    # 1 after a black hole is detected, 2 always; the search starts at tcp_base_mss.
+    mtu_probing: int = 0
+    base_mss: int = 1024                  # tcp_base_mss
+    probe_threshold: int = 8              # tcp_probe_threshold: stop when the range is narrower
+    probe_interval: float = 600.0         # tcp_probe_interval: seconds before searching again
+    mtu_probe_floor: int = 48             # tcp_mtu_probe_floor
+    retries1: int = 3                     # tcp_retries1: timeouts before black-hole detection
     min_snd_mss: int = 48                 # tcp_min_snd_mss: floor on the peer's MSS (CVE-2019-11479)
     ttl: int = 64
     min_tso_segs: int = 2
@@ -172,6 +182,13 @@ def _set_ecn(cfg: StackConfig, v: str) -> bool:
     return True
 
 
+def _set_mtu_probing(cfg: StackConfig, v: str) -> None:
+    n = _int(v)
+    if not 0 <= n <= 2:
+        raise ValueError(f"tcp_mtu_probing must be 0..2, got {n}")   # Linux: proc_dointvec_minmax
+    cfg.mtu_probing = n
+
+
 def _set_cc(cfg: StackConfig, v: str) -> None:
     cfg.congestion_control = v
 
@@ -188,6 +205,12 @@ _SYSCTLS = {
     "dctcp_shift_g": _set_int("dctcp_shift_g"),
     "dctcp_alpha_on_init": _set_int("dctcp_alpha_on_init"),
     "tcp_syn_retries": _set_int("syn_retries"),
+    "tcp_mtu_probing": _set_mtu_probing,
+    "tcp_base_mss": _set_int("base_mss"),
+    "tcp_probe_threshold": _set_int("probe_threshold"),
+    "tcp_probe_interval": lambda c, v: setattr(c, "probe_interval", float(_int(v))),
+    "tcp_mtu_probe_floor": _set_int("mtu_probe_floor"),
+    "tcp_retries1": _set_int("retries1"),
     "tcp_synack_retries": _set_int("synack_retries"),
     "tcp_retries2": _set_int("retries2"),
     "tcp_ecn": _set_ecn,

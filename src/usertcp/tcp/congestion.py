@@ -99,6 +99,25 @@ class CongestionControl:
     def on_tx_start(self, idle: float, now: float) -> None:
         """Sending restarts with nothing in flight after ``idle`` s (CA_EVENT_TX_START)."""
 
+    def set_initial_window(self, packets: int) -> None:
+        """tcp_init_transfer(): the route's initcwnd (tcp_init_cwnd), in packets."""
+        if packets > 0:
+            self.cwnd = packets * self.mss
+
+    def add_packets(self, packets: int) -> None:
+        """cwnd +/- whole packets: an MTU probe counts as two (tcp_mtu_probe takes one back
+        when it is sent, tcp_fastretrans_alert returns it when the probe failed)."""
+        self.cwnd = max(self.cwnd + packets * self.mss, self.mss)
+
+    def mtu_probe_rescale(self, old_mtu: int, probe_mtu: int) -> None:
+        """tcp_mtup_probe_success(): the window keeps its bytes in the larger packets
+        (cwnd * old MTU / probe MTU, in packets); ssthresh becomes tcp_current_ssthresh()."""
+        pkts = max(self.cwnd // self.mss * old_mtu // max(probe_mtu, 1), 1)
+        self.cwnd = pkts * self.mss
+        self._ca_acked = 0
+        if self.ssthresh < INFINITE_SSTHRESH:
+            self.ssthresh = max(self.ssthresh, ((pkts >> 1) + (pkts >> 2)) * self.mss)
+
     def pkts_acked(self, rtt: float, snd_una: int, snd_nxt: int, now: float, pacing_rate: int,
                    gso_max_size: int, paced: bool) -> None:
         """An ACK that cumulatively acked data gave an RTT sample (Linux ca_ops->pkts_acked,

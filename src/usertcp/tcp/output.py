@@ -77,8 +77,8 @@ class Output:
         GSO (TCP-MD5 turns it off)."""
         c = self.conn
         mss = c.mss
-        if c.md5_key is not None or c.stack.gso_max_size < 0:
-            return mss
+        if c.md5_key is not None:      # without offload, TCP still builds GSO skbs (sk_setup_caps
+            return mss                 # forces NETIF_F_GSO; software GSO cuts them per packet)
         goal = GSO_MAX_SIZE
         cutoff = c.max_snd_wnd >> 1 if c.max_snd_wnd > 536 else c.max_snd_wnd
         if cutoff and goal > cutoff:
@@ -185,6 +185,7 @@ class Output:
             rx.dsack = None
         tos = c.tos
         ef = c.ecn_flags
+        c.path.on_transmit()           # __sk_dst_check: a changed route is looked up again
         if syn:
             if ef & ECN_OK and c.cc.needs_ecn and not flags & ACK:
                 tos |= ECN_ECT0     # Linux tcp_ecn_send_syn: INET_ECN_xmit for DCTCP's SYN
@@ -265,7 +266,7 @@ class Output:
         """Linux's SYN/SYN-ACK option set: only what the peer offered, for a SYN-ACK."""
         c = self.conn
         cfg = c.config
-        mss = c.stack.mtu_mss(c.v6)
+        mss = c.path.advmss()          # dst_metric_advmss(): the route's, or its MTU's
         if c.pmtu:
             mss = min(mss, c.pmtu - (60 if c.v6 else 40))   # the route's advmss follows its PMTU
         if c.user_mss:
@@ -331,6 +332,7 @@ class Output:
             rx.ack_now = False
             c.stack.syn_state_output(c, now)
             return
+        c.path.current_mss(now)        # tcp_current_mss(): a changed route MTU, tcp_mtup_init
         sent = False
         if c.recovery.lost_bytes:
             sent = self.send_retransmissions(now)
@@ -460,7 +462,7 @@ class Output:
         the cwnd so that at least two GSO packets are in flight."""
         c = self.conn
         mss = c.mss
-        if c.stack.gso_max_size < 0 or c.md5_key is not None:
+        if c.md5_key is not None:
             return mss
         segs = self.tso_bytes() // mss
         if half_cwnd:
@@ -491,6 +493,11 @@ class Output:
         mss = c.mss
         data_end = buf.end + 1          # offset just past the last queued byte
         budget = self.xmit_budget               # tcp_push_one(): one skb's burst at most
+        if budget < 0 and c.path.enabled:
+            probe = c.path.probe(now)           # tcp_write_xmit: tcp_mtu_probe() first
+            if probe == 0:
+                return False
+            sent = probe > 0
         limit = self.packet_limit()
         while True:
             nxt = c.snd_nxt
@@ -578,7 +585,8 @@ class Output:
         return not (c.fin_queued and nxt - 1 + skb_len >= c.snd_buf.end) \
             and not c.snd_buf.skb_flags(nxt - 1) & SKB_EOR
 
-    def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False) -> bool:
+    def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False,
+                 probe: bool = False) -> bool:
         """Send new data [off, off+size) as one packet, made one skb (tcp_grow_skb merges
         the skbs it covers, tso_fragment cuts the one it ends in), so PSH is the mark
         (tcp_mark_push) of an skb it ends. Linux 6.18 also sets PSH on every multi-segment
@@ -591,16 +599,18 @@ class Output:
         mss = c.mss
         flags = ACK
         start = off - 1
-        if size and (force_psh or size > mss or buf.packet_flags(start, start + size) & SKB_PSH):
+        # An MTU probe is one larger packet (tcp_mtu_probe: tcp_init_tso_segs(nskb, nskb->len)).
+        multi = size > mss and not probe
+        if size and (force_psh or multi or buf.packet_flags(start, start + size) & SKB_PSH):
             flags |= PSH
         if fin:
             flags |= FIN
         end = off + size + (1 if fin else 0)
         if c.in_flight == 0 and self.data_sent_time >= 0:
             c.cc.on_tx_start(now - self.data_sent_time, now)   # tcp_event_data_sent()
-        if size <= mss or c.stack.gso_max_size > 0:
+        if not multi or c.stack.gso_max_size > 0:
             payload = buf.views(start, size) if size else []
-            if not self.emit(now, off, flags, payload, gso_size=mss if size > mss else 0):
+            if not self.emit(now, off, flags, payload, gso_size=mss if multi else 0):
                 return False   # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
         elif not self.emit_segmented(now, off, size, flags):
             return False

@@ -396,6 +396,11 @@ class Recovery:
         c = self.conn
         if self.ca_state in (CA_RECOVERY, CA_LOSS):
             return
+        if self.ca_state < CA_CWR and c.path.probe_lost(c.snd_una):
+            # Linux tcp_fastretrans_alert: a lost MTU probe is no congestion; resend its data
+            # in MSS pieces without reducing cwnd (tcp_simple_retransmit).
+            self.mark_oversized_lost()
+            return
         c.mib["TcpExtTCPSackRecovery" if c.sack_ok else "TcpExtTCPRenoRecovery"] += 1
         if self.ca_state != CA_CWR:
             # Linux tcp_enter_recovery: an ECN-triggered reduction already under way is the
@@ -605,6 +610,7 @@ class Recovery:
             c.ts_rtt_sample(ts_ecr, now)
         elif rtt_sample is not None:
             c.rtt.on_sample(max(rtt_sample, 1e-6))
+        c.path.on_ack(ack_off)            # tcp_clean_rtx_queue: tcp_mtup_probe_success
         ca_rtt = rtt_sample if rtt_sample is not None else c.rtt.latest_rtt if ts_ecr > 0 and c.ts_ok \
             else None
         if ca_rtt is not None:

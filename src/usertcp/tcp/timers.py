@@ -170,6 +170,8 @@ class Timers:
         if expired:
             c.fail(errno.ETIMEDOUT, now)
             return
+        if self.retransmits >= cfg.retries1:
+            c.path.black_hole(now)                 # tcp_write_timeout: black-hole detection
         c.mib["TcpExtTCPTimeouts"] += 1
         self.tlp_high = -1
         self.rack_deadline = INF
