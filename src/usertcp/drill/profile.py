@@ -59,7 +59,6 @@ PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
     in {
         "tcp_frto",
         "tcp_fack",
-        "tcp_early_retrans",
         "tcp_recovery",
         "tcp_ecn_option",
         "tcp_pacing_ss_ratio",
@@ -391,7 +390,7 @@ class Environment:
 
     def _sysctl(self, args: list[str], statement: str) -> None:
         for arg in args:
-            if arg in ("-q", "-w", "--quiet", "--write"):
+            if arg in ("-q", "-w", "-e", "--quiet", "--write", "--ignore"):    # -e: unknown keys are no error
                 continue
             if arg.startswith("-"):
                 raise Unsupported(f"sysctl option {arg} not modelled: {statement!r}")
