@@ -56,10 +56,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 4, 'socket() returned -1 EPROTONOSUPPORT (Protocol not supported'),
     'gtests/net/packetdrill/tests/packet-timeout.pkt':
         ('failed', 8, 'timing error: expected system call return at 30.000000 sec b'),
-    'gtests/net/tcp/cubic/cubic-bulk-166k-idle-restart.pkt':
-        ('skipped', 10, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
-    'gtests/net/tcp/cubic/cubic-bulk-166k.pkt':
-        ('skipped', 11, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
     'gtests/net/tcp/cwnd_moderation/cwnd-moderation-ecn-enter-cwr-no-moderation-700.pkt':
         ('failed', 24, "assertion failed: 'assert tcpi_ca_state == TCP_CA_CWR, tcpi_"),
     'gtests/net/tcp/epoll/epoll_out_edge.pkt':
@@ -92,8 +88,6 @@ KNOWN: dict[str, tuple[str, int | None, str]] = {
         ('failed', 15, "RTNETLINK answers: No such file or directory: 'ip -6 route c"),
     'gtests/net/tcp/notsent_lowat/notsent-lowat-default.pkt':
         ('failed', 28, 'outbound packet differs: payload length (expected 16000, act'),
-    'gtests/net/tcp/slow_start/slow-start-fq-ack-per-2pkt.pkt':
-        ('skipped', 8, "fq qdisc: pacing not modelled by the transmit path ('tc qdis"),
     'gtests/net/tcp/splice/tcp_splice_loop_test.pkt':
         ('failed', 19, 'splice() returned 1, expected 0'),
     'gtests/net/tcp/ts_recent/invalid_ack.pkt':
@@ -155,7 +149,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-@pytest.mark.xfail(strict=True, reason="284/334 runs pass on the 167-script corpus: the fidelity issues "
+@pytest.mark.xfail(strict=True, reason="290/334 runs pass on the 167-script corpus: the fidelity issues "
                    "(transmit path; Fast Open client, receive side and runner) are open")
 def test_corpus_acceptance_bar(results: dict[tuple[str, str], ScriptResult]) -> None:
     total = len(results)

@@ -9,6 +9,11 @@ tcpi_snd_ssthresh as TCP_INFO reports them. That script expects cwnd 4 (PRR-CRB:
 min(delta, newly_acked) = 1), the PRR of kernels before 5.x; since "tcp: PRR uses CRB mode by
 default and SS mode conditionally" (2021) and its 2022 follow-up, tcp_cwnd_reduction adds one
 more packet when snd_una advanced without new loss: cwnd 3 + 2 = 5, which usertcp gives.
+
+It also replays nagle/https_client.pkt at the script's 100 ms RTT on a device without TSO
+(kernel_psh_probe.py answers the SYN at once): the kernel still builds GSO skbs, here of two
+segments (tcp_tso_autosize at that pacing rate), and software GSO puts PSH on the last packet
+of each, so 1543:2517 carries PSH as the script expects (usertcp does the same).
 """
 
 from __future__ import annotations
@@ -73,9 +78,23 @@ def ecn_cwr(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     s.close()
 
 
+def https_client_at_script_rtt(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import kernel_psh_probe as psh
+
+    connects = psh._kernel_connects
+    psh._kernel_connects = lambda *a, **kw: connects(*a, **{**kw, "rtt": 0.1})
+    try:
+        psh.https_client(dev, rd, ns)
+    finally:
+        psh._kernel_connects = connects
+
+
 if __name__ == "__main__":
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("cwnd-moderation-ecn-enter-cwr-no-moderation-700:")
     probe_session("ccprobe", ecn_cwr, offload=True,
                   sysctls=["net.ipv4.tcp_timestamps=0", "net.ipv4.tcp_ecn=1",
                            "net.ipv4.tcp_slow_start_after_idle=0"])
+    print("nagle/https_client at 100 ms RTT (script: . 569:1543, P. 1543:2517, P. 2517:2571):")
+    probe_session("ccprobe", https_client_at_script_rtt, sysctls=["net.ipv4.tcp_timestamps=0"])

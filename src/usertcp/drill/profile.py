@@ -107,7 +107,7 @@ _HARMLESS = (
 # (txqueuelen), never drops here: the runner takes each packet off the device as soon as the
 # stack queues it, so the FIFO never holds more than the one being sent.
 _QDISC_SET = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+pfifo(?:\s+limit\s+(\d+))?$")
-_QDISC_FQ = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+\S+\s+root\s+fq\b")
+_QDISC_FQ = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+fq\b(.*)$")
 _QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
 TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
 # ``echo VALUE > FILE`` into a module parameter or a sysctl file.
@@ -260,10 +260,15 @@ class Environment:
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=qdisc.group(2) is not None and int(qdisc.group(2)) == 0)
             return
-        if _QDISC_FQ.match(joined):
-            # fq paces each flow at sk_pacing_rate (tcp_update_pacing_rate): the transmit path
-            # has no pacing to hand it, so the timing such a script checks cannot be met.
-            raise Unsupported(f"fq qdisc: pacing not modelled by the transmit path ({statement!r})")
+        fq = _QDISC_FQ.match(joined)
+        if fq is not None:
+            # sch_fq paces each flow at sk_pacing_rate (tcp/pacing.py); its parameters keep
+            # their defaults (a script that changes them is not modelled).
+            if fq.group(2).strip():
+                raise Unsupported(f"fq parameters not modelled: {statement!r}")
+            if fq.group(1) == TEST_DEVICE:
+                self.config.qdisc = "fq"
+            return
         qdisc = _QDISC_DEL.match(joined)
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=False)
@@ -295,6 +300,7 @@ class Environment:
     def _set_qdisc(self, device: str, *, blocked: bool) -> None:
         if device != TEST_DEVICE:
             return          # no test traffic crosses another device
+        self.config.qdisc = "pfifo"   # replaces an fq
         self.tx_blocked = blocked
         stack = self.stack_getter()
         if stack is not None:

@@ -77,6 +77,7 @@ class StackConfig:
     challenge_ack_limit: int = (1 << 31) - 1   # tcp_challenge_ack_limit: off (INT_MAX) since Linux 6.0
     invalid_ratelimit: float = 0.5        # tcp_invalid_ratelimit (per-socket out-of-window ACKs)
     mtu: int = 1500
+    qdisc: str = "pfifo_fast"             # the link's root qdisc: "fq" paces flows (tcp/pacing.py)
     routes: RouteTable = field(default_factory=RouteTable)   # ip route metrics (tcp/route.py)
     # RFC 4821 packetization-layer PMTU discovery (tcp/mtu_probe.py): tcp_mtu_probing 0 off,
     # 1 after a black hole is detected, 2 always; the search starts at tcp_base_mss.

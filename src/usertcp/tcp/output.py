@@ -18,6 +18,7 @@ from usertcp.tcp.info import (
     CHRONO_SNDBUF_LIMITED,
     Chrono,
 )
+from usertcp.tcp.pacing import Pacer
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_LOSS,
@@ -53,7 +54,8 @@ class Output:
     """The transmit side of one connection: its Nagle/cork state and the segments it builds."""
 
     __slots__ = ("bytes_retrans", "bytes_sent", "chrono", "conn", "corked", "data_sent_time", "force_push",
-                 "mid_write", "more_pending", "nagle_off", "push_end", "snd_sml", "ts_last", "xmit_budget")
+                 "mid_write", "more_pending", "nagle_off", "pacer", "push_end", "snd_sml", "ts_last",
+                 "xmit_budget")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -70,6 +72,7 @@ class Output:
         self.chrono = Chrono()         # busy / rwnd-limited / sndbuf-limited time (tcp_info)
         self.bytes_sent = 0            # data bytes sent, retransmissions included (tp->bytes_sent)
         self.bytes_retrans = 0         # data bytes retransmitted (tp->bytes_retrans)
+        self.pacer = Pacer(conn)       # departure times at the pacing rate (fq, tcp/pacing.py)
 
     def size_goal(self) -> int:
         """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
@@ -211,6 +214,8 @@ class Output:
         # Only an explicit False is a refusal: a wrapper of output() that drops its result
         # (it returned None before refusals existed) must not read as one.
         ok = c.stack.output(pkt) is not False
+        if ok:
+            self.pacer.on_transmit(now, len(pkt))      # EDT: tcp_update_skb_after_send
         if c.errqueue is not None and payload and ok:   # transmit timestamps (first or again)
             c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
         c.segs_out += 1
@@ -386,6 +391,8 @@ class Output:
                 break
             if room < r.end - r.start and room < mss and sent:
                 break
+            if self.pacer.must_wait(now):
+                break             # tcp_pacing_check
             if not self.retransmit(r, now, i, max(room // mss, 1) * mss):
                 break             # Linux tcp_xmit_retransmit_queue stops at a failed one
             sent = True
@@ -513,8 +520,8 @@ class Output:
             if fin_now:
                 # A bare FIN is sent regardless of the windows' payload room.
                 return self.emit_new(now, nxt, 0, fin=True) or sent
-            if cwnd_room <= 0 or wnd_room <= 0:
-                break
+            if cwnd_room <= 0 or wnd_room <= 0 or self.pacer.must_wait(now):
+                break             # the windows, or tcp_pacing_check()
             if nxt == c.snd_una and not sent and c.config.slow_start_after_idle:
                 # Queued data leaving after an idle period restarts the window too (the
                 # corpus' slow_start/slow-start-after-win-update.pkt: held by a zero window).
