@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 
+from usertcp.tcp.hystart import CubicParams
+from usertcp.tcp.route import RouteTable
+
 # net.ipv4.tcp_fastopen bits (include/net/tcp.h).
 TFO_CLIENT_ENABLE = 0x1
 TFO_SERVER_ENABLE = 0x2
@@ -37,6 +40,9 @@ class StackConfig:
     # moving average is 1/2**shift_g (RFC 8257 §3.3: g = 1/16), alpha starts at 1024 (= 1).
     dctcp_shift_g: int = 4
     dctcp_alpha_on_init: int = 1024
+    # tcp_cubic module parameters (/sys/module/tcp_cubic/parameters/), HyStart's included.
+    cubic: CubicParams = field(default_factory=CubicParams)
+    hystart_pp: bool = True               # usertcp: RFC 9406 HyStart++ in "cubic-rfc9438"
     initial_cwnd_segments: int = 10       # RFC 6928
     rto_initial: float = 1.0              # RFC 6298 §2.1
     rto_min: float = 0.2                  # Linux TCP_RTO_MIN
@@ -71,6 +77,16 @@ class StackConfig:
     challenge_ack_limit: int = (1 << 31) - 1   # tcp_challenge_ack_limit: off (INT_MAX) since Linux 6.0
     invalid_ratelimit: float = 0.5        # tcp_invalid_ratelimit (per-socket out-of-window ACKs)
     mtu: int = 1500
+    qdisc: str = "pfifo_fast"             # the link's root qdisc: "fq" paces flows (tcp/pacing.py)
+    routes: RouteTable = field(default_factory=RouteTable)   # ip route metrics (tcp/route.py)
+    # RFC 4821 packetization-layer PMTU discovery (tcp/mtu_probe.py): tcp_mtu_probing 0 off,
+    # 1 after a black hole is detected, 2 always; the search starts at tcp_base_mss.
+    mtu_probing: int = 0
+    base_mss: int = 1024                  # tcp_base_mss
+    probe_threshold: int = 8              # tcp_probe_threshold: stop when the range is narrower
+    probe_interval: float = 600.0         # tcp_probe_interval: seconds before searching again
+    mtu_probe_floor: int = 48             # tcp_mtu_probe_floor
+    retries1: int = 3                     # tcp_retries1: timeouts before black-hole detection
     min_snd_mss: int = 48                 # tcp_min_snd_mss: floor on the peer's MSS (CVE-2019-11479)
     ttl: int = 64
     min_tso_segs: int = 2
@@ -106,6 +122,15 @@ class StackConfig:
         if handler is None:
             return False
         return handler(self, value) is not False
+
+    def apply_module_param(self, module: str, name: str, value: str) -> bool:
+        """Write ``/sys/module/MODULE/parameters/NAME``; False if it is not modelled.
+        PermissionError for a read-only parameter, ValueError for a bad value."""
+        if module == "tcp_cubic":
+            return self.cubic.set(name, value)
+        if module == "tcp_dctcp" and name in ("dctcp_shift_g", "dctcp_alpha_on_init"):
+            return self.apply_sysctl(name, value)
+        return False
 
 
 def _int(v: str) -> int:
@@ -158,6 +183,13 @@ def _set_ecn(cfg: StackConfig, v: str) -> bool:
     return True
 
 
+def _set_mtu_probing(cfg: StackConfig, v: str) -> None:
+    n = _int(v)
+    if not 0 <= n <= 2:
+        raise ValueError(f"tcp_mtu_probing must be 0..2, got {n}")   # Linux: proc_dointvec_minmax
+    cfg.mtu_probing = n
+
+
 def _set_cc(cfg: StackConfig, v: str) -> None:
     cfg.congestion_control = v
 
@@ -174,6 +206,12 @@ _SYSCTLS = {
     "dctcp_shift_g": _set_int("dctcp_shift_g"),
     "dctcp_alpha_on_init": _set_int("dctcp_alpha_on_init"),
     "tcp_syn_retries": _set_int("syn_retries"),
+    "tcp_mtu_probing": _set_mtu_probing,
+    "tcp_base_mss": _set_int("base_mss"),
+    "tcp_probe_threshold": _set_int("probe_threshold"),
+    "tcp_probe_interval": lambda c, v: setattr(c, "probe_interval", float(_int(v))),
+    "tcp_mtu_probe_floor": _set_int("mtu_probe_floor"),
+    "tcp_retries1": _set_int("retries1"),
     "tcp_synack_retries": _set_int("synack_retries"),
     "tcp_retries2": _set_int("retries2"),
     "tcp_ecn": _set_ecn,

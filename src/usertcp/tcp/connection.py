@@ -40,6 +40,7 @@ from usertcp.tcp.errqueue import ErrorQueue
 from usertcp.tcp.handshake import Handshake
 from usertcp.tcp.info import tcp_info
 from usertcp.tcp.md5sig import Md5Keys
+from usertcp.tcp.mtu_probe import PathMtu
 from usertcp.tcp.output import IP_PMTUDISC_WANT, MAX_WINDOW, Output
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.receive import Receive
@@ -91,6 +92,7 @@ class Connection:
         self.recverr = False
         self.pmtudisc = IP_PMTUDISC_WANT   # Linux's default for TCP
         self.pmtu = 0                  # 0: the link MTU
+        self.path = PathMtu(self)      # the cached route and RFC 4821 MTU probing
         self.closed_by_app = False     # close() called: the socket is orphaned
         self.read_shutdown = False
         self.write_shutdown = False
@@ -340,12 +342,10 @@ class Connection:
         if effects & Effect.TIME_WAIT:
             self._time_wait_entered(now)
 
-    def compute_mss(self) -> None:
-        """Effective send MSS: the peer's MSS less our per-segment options (RFC 9293 §3.7.1)."""
-        own = self.stack.mtu_mss(self.v6)
-        if self.pmtu:
-            own = min(own, self.pmtu - (60 if self.v6 else 40))
-        mss = min(self.peer_mss, own)
+    def compute_mss(self, mtu: int = 0) -> None:
+        """Send MSS for the path MTU (or ``mtu``): RFC 9293 §3.7.1, Linux tcp_sync_mss."""
+        mtu = mtu or self.path.mtu()
+        mss = min(self.peer_mss, mtu - (60 if self.v6 else 40))
         if self.user_mss:
             mss = min(mss, self.user_mss)
         mss = max(mss, self.config.min_snd_mss)     # Linux __tcp_mtu_to_mss: before the options
@@ -353,7 +353,7 @@ class Connection:
             mss -= 12
         if self.md5_key is not None:
             mss -= 20
-        self.mss = max(mss, 8)     # Linux TCP_MIN_SND_MSS minus a full option set: 8 data bytes
+        self.mss = self.path.sync_mss(max(mss, 8), mtu)   # 8: TCP_MIN_SND_MSS less all options
         self.cc.set_mss(self.mss)
 
     def pmtu_reduced(self, mtu: int) -> bool:

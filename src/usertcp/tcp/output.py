@@ -20,6 +20,7 @@ from usertcp.tcp.info import (
     CHRONO_SNDBUF_LIMITED,
     Chrono,
 )
+from usertcp.tcp.pacing import Pacer
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_LOSS,
@@ -56,7 +57,8 @@ class Output:
     """The transmit side of one connection: its Nagle/cork state and the segments it builds."""
 
     __slots__ = ("bytes_retrans", "bytes_sent", "chrono", "conn", "corked", "data_sent_time", "force_push",
-                 "mid_write", "more_pending", "nagle_off", "push_end", "snd_sml", "ts_last", "xmit_budget")
+                 "mid_write", "more_pending", "nagle_off", "pacer", "push_end", "snd_sml", "ts_last",
+                 "xmit_budget")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -73,6 +75,7 @@ class Output:
         self.chrono = Chrono()         # busy / rwnd-limited / sndbuf-limited time (tcp_info)
         self.bytes_sent = 0            # data bytes sent, retransmissions included (tp->bytes_sent)
         self.bytes_retrans = 0         # data bytes retransmitted (tp->bytes_retrans)
+        self.pacer = Pacer(conn)       # departure times at the pacing rate (fq, tcp/pacing.py)
 
     def size_goal(self) -> int:
         """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
@@ -80,8 +83,8 @@ class Output:
         GSO (TCP-MD5 turns it off)."""
         c = self.conn
         mss = c.mss
-        if c.md5_key is not None or c.stack.gso_max_size < 0:
-            return mss
+        if c.md5_key is not None:      # without offload, TCP still builds GSO skbs (sk_setup_caps
+            return mss                 # forces NETIF_F_GSO; software GSO cuts them per packet)
         goal = GSO_MAX_SIZE
         cutoff = c.max_snd_wnd >> 1 if c.max_snd_wnd > 536 else c.max_snd_wnd
         if cutoff and goal > cutoff:
@@ -188,6 +191,7 @@ class Output:
             rx.dsack = None
         tos = c.tos
         ef = c.ecn_flags
+        c.path.on_transmit()           # __sk_dst_check: a changed route is looked up again
         if syn:
             if ef & ECN_OK and c.cc.needs_ecn and not flags & ACK:
                 tos |= ECN_ECT0     # Linux tcp_ecn_send_syn: INET_ECN_xmit for DCTCP's SYN
@@ -213,6 +217,8 @@ class Output:
         # Only an explicit False is a refusal: a wrapper of output() that drops its result
         # (it returned None before refusals existed) must not read as one.
         ok = c.stack.output(pkt) is not False
+        if ok:
+            self.pacer.on_transmit(now, len(pkt))      # EDT: tcp_update_skb_after_send
         if c.errqueue is not None and payload and ok:   # transmit timestamps (first or again)
             c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
         c.segs_out += 1
@@ -268,7 +274,7 @@ class Output:
         """Linux's SYN/SYN-ACK option set: only what the peer offered, for a SYN-ACK."""
         c = self.conn
         cfg = c.config
-        mss = c.stack.mtu_mss(c.v6)
+        mss = c.path.advmss()          # dst_metric_advmss(): the route's, or its MTU's
         if c.pmtu:
             mss = min(mss, c.pmtu - (60 if c.v6 else 40))   # the route's advmss follows its PMTU
         if c.user_mss:
@@ -334,6 +340,7 @@ class Output:
             rx.ack_now = False
             c.stack.syn_state_output(c, now)
             return
+        c.path.current_mss(now)        # tcp_current_mss(): a changed route MTU, tcp_mtup_init
         sent = False
         if c.recovery.lost_bytes:
             sent = self.send_retransmissions(now)
@@ -387,6 +394,8 @@ class Output:
                 break
             if room < r.end - r.start and room < mss and sent:
                 break
+            if self.pacer.must_wait(now):
+                break             # tcp_pacing_check
             if not self.retransmit(r, now, i, max(room // mss, 1) * mss):
                 break             # Linux tcp_xmit_retransmit_queue stops at a failed one
             sent = True
@@ -464,7 +473,7 @@ class Output:
         the cwnd so that at least two GSO packets are in flight."""
         c = self.conn
         mss = c.mss
-        if c.stack.gso_max_size < 0 or c.md5_key is not None:
+        if c.md5_key is not None:
             return mss
         segs = self.tso_bytes() // mss
         if half_cwnd:
@@ -495,6 +504,11 @@ class Output:
         mss = c.mss
         data_end = buf.end + 1          # offset just past the last queued byte
         budget = self.xmit_budget               # tcp_push_one(): one skb's burst at most
+        if budget < 0 and c.path.enabled:
+            probe = c.path.probe(now)           # tcp_write_xmit: tcp_mtu_probe() first
+            if probe == 0:
+                return False
+            sent = probe > 0
         limit = self.packet_limit()
         while True:
             nxt = c.snd_nxt
@@ -510,8 +524,8 @@ class Output:
             if fin_now:
                 # A bare FIN is sent regardless of the windows' payload room.
                 return self.emit_new(now, nxt, 0, fin=True) or sent
-            if cwnd_room <= 0 or wnd_room <= 0:
-                break
+            if cwnd_room <= 0 or wnd_room <= 0 or self.pacer.must_wait(now):
+                break             # the windows, or tcp_pacing_check()
             if nxt == c.snd_una and not sent and c.config.slow_start_after_idle:
                 # Queued data leaving after an idle period restarts the window too (the
                 # corpus' slow_start/slow-start-after-win-update.pkt: held by a zero window).
@@ -582,7 +596,8 @@ class Output:
         return not (c.fin_queued and nxt - 1 + skb_len >= c.snd_buf.end) \
             and not c.snd_buf.skb_flags(nxt - 1) & SKB_EOR
 
-    def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False) -> bool:
+    def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False,
+                 probe: bool = False) -> bool:
         """Send new data [off, off+size) as one packet, made one skb (tcp_grow_skb merges
         the skbs it covers, tso_fragment cuts the one it ends in), so PSH is the mark
         (tcp_mark_push) of an skb it ends. Linux __tcp_transmit_skb() also sets PSH on every
@@ -596,7 +611,9 @@ class Output:
         mss = c.mss
         flags = ACK
         start = off - 1
-        if size and (force_psh or size > mss or buf.packet_flags(start, start + size) & SKB_PSH):
+        # An MTU probe is one larger packet (tcp_mtu_probe: tcp_init_tso_segs(nskb, nskb->len)).
+        multi = size > mss and not probe
+        if size and (force_psh or multi or buf.packet_flags(start, start + size) & SKB_PSH):
             flags |= PSH
         if fin:
             flags |= FIN
@@ -604,13 +621,14 @@ class Output:
         if c.in_flight == 0 and self.data_sent_time >= 0:
             c.cc.on_tx_start(now - self.data_sent_time, now)   # tcp_event_data_sent()
         # __tcp_transmit_skb counts the data before the hand-off, so that a transmit
-        # timestamp's OPT_STATS (taken by the driver) include this packet.
-        segs = -(-size // mss)
+        # timestamp's OPT_STATS (taken by the driver) include this packet. An MTU probe is
+        # one segment (tcp_skb_pcount 1).
+        segs = -(-size // mss) if multi else (1 if size else 0)
         self.bytes_sent += size
         c.data_segs_out += segs
-        if size <= mss or c.stack.gso_max_size > 0:
+        if not multi or c.stack.gso_max_size > 0:
             payload = buf.views(start, size) if size else []
-            ok = self.emit(now, off, flags, payload, gso_size=mss if size > mss else 0)
+            ok = self.emit(now, off, flags, payload, gso_size=mss if multi else 0)
         else:
             ok = self.emit_segmented(now, off, size, flags)
         if not ok:

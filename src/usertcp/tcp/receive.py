@@ -148,7 +148,7 @@ class Receive:
     def advmss(self) -> int:
         """The MSS we advertise (Linux tp->advmss: the route's, clamped by TCP_MAXSEG)."""
         c = self.conn
-        own = c.stack.mtu_mss(c.v6)
+        own = c.path.advmss()
         return min(own, c.user_mss) if c.user_mss else own
 
     def measure_rcv_mss(self, seg_len: int, gso_size: int, flags: int) -> None:

@@ -398,6 +398,11 @@ class Recovery:
         c = self.conn
         if self.ca_state in (CA_RECOVERY, CA_LOSS):
             return
+        if self.ca_state < CA_CWR and c.path.probe_lost(c.snd_una):
+            # Linux tcp_fastretrans_alert: a lost MTU probe is no congestion; resend its data
+            # in MSS pieces without reducing cwnd (tcp_simple_retransmit).
+            self.mark_oversized_lost()
+            return
         c.mib["TcpExtTCPSackRecovery" if c.sack_ok else "TcpExtTCPRenoRecovery"] += 1
         if self.ca_state != CA_CWR:
             # Linux tcp_enter_recovery: an ECN-triggered reduction already under way is the
@@ -600,12 +605,22 @@ class Recovery:
                     self.lost_bytes -= cut
                 if r.retrans:
                     self.retrans_bytes -= cut
+                mss = max(c.mss, 1)
+                if r.tx_count == 1 and (r.end - r.start - 1) // mss > (r.end - ack_off - 1) // mss:
+                    rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
             r.start = ack_off
         # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
         if ts_ecr > 0 and c.ts_ok:
             c.ts_rtt_sample(ts_ecr, now)
         elif rtt_sample is not None:
             c.rtt.on_sample(max(rtt_sample, 1e-6))
+        c.path.on_ack(ack_off)            # tcp_clean_rtx_queue: tcp_mtup_probe_success
+        ca_rtt = rtt_sample if rtt_sample is not None else c.rtt.latest_rtt if ts_ecr > 0 and c.ts_ok \
+            else None
+        if ca_rtt is not None:
+            # Linux tcp_clean_rtx_queue -> ca_ops->pkts_acked(ca_rtt_us), before cong_avoid.
+            c.cc.pkts_acked(max(ca_rtt, 1e-6), ack_off, max(c.snd_nxt, ack_off), now, c.tx.pacing_rate(),
+                            max(c.stack.gso_max_size, 0), c.tx.pacer.paced)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
