@@ -49,6 +49,7 @@ from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import CURR_ESTAB, RECEIVING, SENDING, SYNCHRONIZED, Effect, State, transition_effects
 from usertcp.tcp.timers import Timers
+from usertcp.tcp.timewait import TS_PAWS_IDLE, timewait_arrives
 from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE, notsent_below_lowat
 from usertcp.wire.segment import ACK, FIN, RST, SYN, URG, Buffer, Segment
 
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
     from usertcp.tcp.host import ConnectionHost
     from usertcp.tcp.stack import Listener
 
-TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 
 
 @mypyc_attr(native_class=False)      # mypyc compiles no subclass of this builtin exception
@@ -628,6 +628,8 @@ class Connection:
         st = self.state
         if st is State.SYN_SENT:
             self.handshake.syn_sent_arrives(seg, now)
+        elif st is State.TIME_WAIT:
+            timewait_arrives(self, seg, now)
         else:
             self._synchronized_arrives(seg, now)
         if self.state is not State.CLOSED:
@@ -647,6 +649,10 @@ class Connection:
         elif self.stack.challenge_ack_allowed(now):    # Linux counts no skip for the budget
             self.mib["TcpExtTCPChallengeACK"] += 1
             self.tx.send_ack(now)
+
+    def oow_ack_allowed(self, now: float) -> bool:
+        """May an out-of-window ACK go now (tcp_oow_rate_limited, for tcp/timewait.py)?"""
+        return self._oow_allowed(now)
 
     def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
         """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.
@@ -668,6 +674,11 @@ class Connection:
         seg_off = self.rcv_off(seg.seq)
         if self.state is State.ESTABLISHED:
             self.mib["UsertcpSlowPathSegs"] += 1
+        if not flags & (ACK | RST | SYN) and not (self.passive and self.state is State.SYN_RECEIVED):
+            # Linux tcp_rcv_established / tcp_rcv_state_process: none of ACK, RST and SYN
+            # (a bare FIN, data without ACK): dropped before any check, and unanswered.
+            self.mib["SKB_DROP_REASON_TCP_FLAGS"] += 1
+            return
         if self._before_sequence_check(seg, now) or self._sequence_step(seg, seg_off, now):
             return
         if flags & RST:
@@ -680,15 +691,12 @@ class Connection:
             self._text_step(seg, seg_off, now)
 
     def _before_sequence_check(self, seg: Segment, now: float) -> bool:
-        """TIME_WAIT reuse by a new SYN, then PAWS (RFC 7323 §5.3), before the sequence check."""
+        """PAWS (RFC 7323 §5.3), before the sequence check (TIME-WAIT: tcp/timewait.py)."""
         flags = seg.flags
-        if self.state is State.TIME_WAIT and flags & SYN and not flags & (RST | ACK):
-            # RFC 9293 §3.10.7.4 / RFC 6191: a new SYN may reuse a TIME_WAIT pair.
-            if self.stack.time_wait_reuse(self, seg, now):
-                return True
         if self.ts_ok and seg.ts_val >= 0 and not flags & RST:
             if seq_diff(seg.ts_val, self.ts_recent) < 0 and now - self.ts_recent_time < TS_PAWS_IDLE:
                 self.mib["TcpExtPAWSEstab"] += 1
+                self.mib["SKB_DROP_REASON_TCP_RFC7323_PAWS"] += 1
                 if self._oow_allowed(now, seg):
                     self.tx.send_ack(now)
                 return True
@@ -702,22 +710,19 @@ class Connection:
         plen = len(seg.payload)
         if st is State.SYN_RECEIVED and self.handshake.syn_received_sequence(seg, now):
             return True
-        if st is State.TIME_WAIT and flags & FIN and not flags & (SYN | RST) \
-                and seg_off + plen + 1 == self.rcv_nxt:
-            # RFC 9293 §3.10.7.4 eighth: a retransmitted FIN in TIME-WAIT is ACKed and
-            # restarts the 2 MSL timeout.
-            self.tx.send_ack(now)
-            self.timers.time_wait_deadline = now + self.config.time_wait
-            return True
         seg_len = plen + (1 if flags & SYN else 0) + (1 if flags & FIN else 0)
         if self._acceptable(seg_off, seg_len, max(self.rcv_adv - self.rcv_nxt, 0)):
             return False
+        mib = self.mib
+        # Linux tcp_sequence (RCV.NXT standing in for rcv_wup, the last window update).
+        mib["SKB_DROP_REASON_TCP_OLD_SEQUENCE" if seg_off + seg_len < self.rcv_nxt
+            else "SKB_DROP_REASON_TCP_INVALID_SEQUENCE"] += 1
         if flags & RST:
             return True
-        if st is State.SYN_RECEIVED and flags & SYN:
-            self._challenge_ack(now)
+        if flags & SYN:
+            # tcp_validate_incoming: an out-of-window SYN is challenged like one in window.
+            self._syn_challenge(now)
             return True
-        mib = self.mib
         mib["UsertcpOutOfWindow"] += 1
         if seg_off < self.rcv_nxt and plen:
             dsack = self.sack_ok and self.config.dsack
@@ -733,15 +738,13 @@ class Connection:
     def _rst_step(self, seg_off: int, now: float) -> None:
         """Second: RST (RFC 5961 §3.2): exactly RCV.NXT resets, elsewhere in the window challenges."""
         if seg_off != self.rcv_nxt:
+            self.mib["SKB_DROP_REASON_TCP_RESET"] += 1
             self._challenge_ack(now)
             return
         st = self.state
         if st is State.SYN_RECEIVED and self.passive:
             self.stack.forget_embryonic(self)
             self.error = errno.ECONNRESET   # only a fast-open child is visible to an app
-            self.close_now(now)
-        elif st is State.TIME_WAIT:
-            # Linux tcp_rfc1337=0: a reset kills the TIME_WAIT (RFC 1337 would ignore it).
             self.close_now(now)
         else:
             self.reset_by_peer(now)
@@ -754,6 +757,17 @@ class Connection:
             self.tx.send_rst(now)
             self.close_now(now)
             return
+        self._syn_challenge(now)
+
+    def _syn_challenge(self, now: float) -> None:
+        """Linux tcp_validate_incoming's syn_challenge: counted (TCPSYNChallenge, TcpInErrs on
+        the established path, SKB_DROP_REASON_TCP_INVALID_SYN), then a challenge ACK."""
+        mib = self.mib
+        if not (self.passive and self.state is State.SYN_RECEIVED):
+            mib["TcpExtTCPSYNChallenge"] += 1
+            mib["SKB_DROP_REASON_TCP_INVALID_SYN"] += 1
+            if self.state is State.ESTABLISHED:
+                mib["TcpInErrs"] += 1
         self._challenge_ack(now)
 
     def _ack_step(self, seg: Segment, seg_off: int, now: float) -> bool:
@@ -765,10 +779,12 @@ class Connection:
         if ack_off > self.snd_max:
             # RFC 9293 / RFC 5961 §5.2: an ACK for data never sent.
             self.mib["UsertcpAckUnsent"] += 1
+            self.mib["SKB_DROP_REASON_TCP_ACK_UNSENT_DATA"] += 1
             if self._oow_allowed(now):
                 self.tx.send_ack(now)
             return True
         if ack_off < self.snd_una - self.max_snd_wnd:
+            self.mib["SKB_DROP_REASON_TCP_TOO_OLD_ACK"] += 1
             self._challenge_ack(now)
             return True
         # RFC 7323 §4.3: update ts_recent for a segment that covers last_ack_sent.
@@ -778,10 +794,6 @@ class Connection:
             self.ts_recent_time = now
         self.recovery.on_ack(seg, ack_off, seg_off, now)
         st = self.state
-        if st is State.TIME_WAIT and seg.flags & FIN:
-            # A retransmitted FIN: ACK it and restart the 2 MSL timer (RFC 9293 §3.10.7.4).
-            self.tx.send_ack(now)
-            self.timers.time_wait_deadline = now + self.config.time_wait
         return st is State.CLOSED or st is State.TIME_WAIT
 
     def _text_step(self, seg: Segment, seg_off: int, now: float) -> None:

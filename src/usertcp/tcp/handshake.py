@@ -77,21 +77,30 @@ class Handshake:
         """RFC 9293 §3.10.7.3, SYN-SENT."""
         c = self.conn
         flags = seg.flags
+        # Drops are counted under Linux tcp_rcv_synsent_state_process's reasons.
+        mib = c.mib
         if flags & ACK:
             ack_off = seq_diff(seg.ack, c.iss)
             if ack_off <= 0 or ack_off > c.snd_max:
+                mib["SKB_DROP_REASON_TCP_INVALID_ACK_SEQUENCE"] += 1
                 if not flags & RST:
                     c.stack.send_reset_for(seg, now)
                 return
             if not flags & RST and self._paws_active_rejected(seg, now):
-                c.mib["TcpExtPAWSActiveRejected"] += 1
+                mib["TcpExtPAWSActiveRejected"] += 1
+                mib["SKB_DROP_REASON_TCP_RFC7323_PAWS"] += 1
                 c.stack.send_reset_for(seg, now)
                 return
         if flags & RST:
             if flags & ACK:
                 c.reset_by_peer(now)
+            else:
+                mib["SKB_DROP_REASON_TCP_RESET"] += 1    # no ACK: cannot be for our SYN
             return
         if not flags & SYN:
+            # An acceptable ACK without SYN: TCP_FLAGS; neither SYN, RST nor ACK: RFC 9293
+            # "fifth", where Linux leaves the reason unspecified.
+            mib["SKB_DROP_REASON_TCP_FLAGS" if flags & ACK else "SKB_DROP_REASON_NOT_SPECIFIED"] += 1
             return
         c.irs = seg.seq
         c.rcv_nxt = 1

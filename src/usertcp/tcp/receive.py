@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import truesize
 from usertcp.tcp.output import MAX_WINDOW
+from usertcp.tcp.prune import prune_queue
 from usertcp.tcp.recovery import ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
@@ -235,9 +236,12 @@ class Receive:
         if seg_off + plen > c.rcv_adv:
             mib["UsertcpBeyondWindow"] += 1
         if len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
-            mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
+            if c.ooo.empty or not prune_queue(c, payload, seg_off):     # tcp_try_rmem_schedule
+                mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
+            else:
+                return False
         elif not c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
-                                          c.config.rmem[0]) and not (in_order and self._prune_ofo(payload)):
+                                          c.config.rmem[0]) and not prune_queue(c, payload, seg_off):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
             # ACK restates what we have, and the peer retransmits when memory frees.
             mib["TcpExtTCPRcvQDrop"] += 1
@@ -300,18 +304,6 @@ class Receive:
             self.schedule_ack(now, immediate=immediate, length=plen)
         else:
             self.schedule_ack(now, immediate=True)
-
-    def _prune_ofo(self, payload: memoryview) -> bool:
-        """Linux tcp_prune_ofo_queue: memory is short and in-order data arrived, so the
-        out-of-order queue goes (the peer retransmits it) rather than the data that moves the
-        connection forward. True if ``payload`` now fits."""
-        c = self.conn
-        if not c.ooo.bytes_queued:
-            return False
-        c.mib["TcpExtPruneCalled"] += 1
-        c.mib["TcpExtOfoPruned"] += 1
-        c.ooo.clear()
-        return c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf), c.config.rmem[0])
 
     def ecn_check_ce(self, ecn: int, now: float) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.rtx_queue import RtxQueue, SentSegment
+from usertcp.tcp.seq import SEQ_MASK, SEQ_MOD
 from usertcp.tcp.states import State
 from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
 INF = float("inf")
+_SEQ_HALF = SEQ_MOD >> 1
 
 # Linux congestion-avoidance states for tcpi_ca_state.
 CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
@@ -86,60 +88,47 @@ class Recovery:
         """Mark SACKed records (RFC 2018 §3, RFC 6675 §4 update()). Returns True if new data was SACKed."""
         c = self.conn
         new = False
-        rtx = self.rtx
+        sack_range = self.rtx.sack_range
+        mss = max(c.mss, 1)
+        una = c.snd_una
+        una_seq = (c.iss + una) & SEQ_MASK
+        snd_max = c.snd_max
+        oldest = una - c.max_snd_wnd
+        snd_buf, sndbuf, refused, tag = c.snd_buf, c.sndbuf_limit, self._split_refused, self._tag_sacked
+        first_sackt = -1.0
         for left_seq, right_seq in blocks:
-            left = c.snd_off(left_seq)
-            right = c.snd_off(right_seq)
-            if right <= left or right > c.snd_max or left < c.snd_una - c.max_snd_wnd:
+            # c.snd_off() of both edges, inlined: this loop is what a hostile peer drives.
+            left = (left_seq - una_seq) & SEQ_MASK
+            left = una + (left - SEQ_MOD if left >= _SEQ_HALF else left)
+            right = (right_seq - una_seq) & SEQ_MASK
+            right = una + (right - SEQ_MOD if right >= _SEQ_HALF else right)
+            if right <= left or right > snd_max or left < oldest:
                 c.mib["TcpExtTCPSACKDiscard"] += 1
-                continue
-            if right <= ack_off or left < c.snd_una:
+            elif right <= ack_off or left < una:
                 c.mib["TcpExtTCPDSACKRecv"] += 1    # RFC 2883: a duplicate report
-                continue
-            i = rtx.index_ending_after(left)     # Linux tcp_sacktag_bsearch
-            while i < len(rtx):
-                r = rtx[i]
-                if r.start >= right:
-                    break
-                if not r.sacked:
-                    # Linux tcp_match_skb_to_sack: a block marks whole MSS-sized pieces only; a
-                    # partial SACK of a one-MSS segment marks nothing.
-                    mss = max(c.mss, 1)
-                    lo = max(left, r.start)
-                    hi = min(right, r.end)
-                    if lo != r.start or hi != r.end:
-                        if r.end - r.start <= mss:
-                            i += 1
-                            continue
-                        a = r.start + -(-(lo - r.start) // mss) * mss
-                        b = hi if hi == r.end else r.start + ((hi - r.start) // mss) * mss
-                        if a >= b:
-                            i += 1
-                            continue
-                    else:
-                        a, b = lo, hi
-                    if r.start < a:
-                        if self.split_record(i, a) is None:
-                            break          # Linux tcp_sacktag_walk: a failed split ends the block
-                        i += 1
-                        continue
-                    if r.end > b and self.split_record(i, b) is None:
-                        break
-                    self._tag_sacked(r, now)
+            else:
+                # Linux tcp_sacktag_walk (tcp/rtx_queue.py).
+                sackt = sack_range(left, right, mss, snd_buf, sndbuf, refused, tag, now)
+                if sackt != -1.0:
                     new = True
-                    i = self._merge_sacked(i)
-                i += 1
+                    if first_sackt < 0.0:
+                        first_sackt = sackt
+        if first_sackt >= 0.0 and not c.ts_ok:
+            # One RTT sample per ACK, from the first newly SACKed segment never retransmitted
+            # (Linux tcp_ack_update_rtt's sack_rtt_us), not one per segment.
+            rtt = now - first_sackt
+            c.rtt.on_sample(rtt if rtt > 1e-6 else 1e-6)
         return new
 
     def _tag_sacked(self, r: SentSegment, now: float) -> None:
         """Linux tcp_sacktag_one: ``r`` is newly SACKed; it stops counting as lost or
-        retransmitted, and is a delivery for RACK and (without timestamps) an RTT sample."""
+        retransmitted, and is a delivery for RACK (process_sack takes the RTT sample)."""
         c = self.conn
         n = r.end - r.start
-        r.sacked = True
-        self.rtx.unlink_sent(r)
+        r.sacked = True                  # the queue took it out of the send-time order
         self.sacked_bytes += n
-        c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
+        mss = c.mss
+        c.delivered_segs += (n + mss - 1) // mss if n > mss > 0 else 1
         if r.lost:
             self.lost_bytes -= n
             r.lost = False
@@ -149,28 +138,6 @@ class Recovery:
         if r.end > self.high_sacked:
             self.high_sacked = r.end
         self.rack_note(r, now)
-        if r.tx_count == 1 and not c.ts_ok:
-            c.rtt.on_sample(max(now - r.tx_time, 1e-6))
-
-    def _merge_sacked(self, i: int) -> int:
-        """Fold the just-SACKed record at ``i`` into SACKed neighbours it touches, so that a
-        SACKed range is one record and a block repeated in later ACKs costs a lookup, not a
-        walk (Linux tcp_shift_skb_data / tcp_shifted_skb collapse SACKed skbs). Returns the
-        record's new position."""
-        rtx = self.rtx
-        r = rtx[i]
-        if i + 1 < len(rtx):
-            nxt = rtx[i + 1]
-            if nxt.sacked and nxt.start == r.end:
-                r.end, r.fin = nxt.end, nxt.fin
-                rtx.remove(i + 1)
-        if i > 0:
-            prev = rtx[i - 1]
-            if prev.sacked and prev.end == r.start:
-                prev.end, prev.fin = r.end, r.fin
-                rtx.remove(i)
-                return i - 1
-        return i
 
     def split_record(self, index: int, at: int) -> SentSegment | None:
         """Cut the queued record at ``index`` at offset ``at`` and return the tail, or None if
@@ -178,10 +145,13 @@ class Recovery:
         send buffer's skb is cut there too: each piece is charged to sk_wmem_queued."""
         c = self.conn
         if self.rtx.split_refused(index, c.snd_buf.wmem_queued, c.sndbuf_limit):
-            c.mib["TcpExtTCPWqueueTooBig"] += 1
+            self._split_refused()
             return None
         c.snd_buf.split(at - 1)          # offset 1 is data byte 0
         return self.rtx.split(index, at)
+
+    def _split_refused(self) -> None:
+        self.conn.mib["TcpExtTCPWqueueTooBig"] += 1
 
     def timeout_mark_lost(self) -> None:
         """Linux tcp_timeout_mark_lost at an RTO: everything not SACKed is lost. A SACKed head
@@ -209,18 +179,8 @@ class Recovery:
         """Position of the first record that is lost and neither SACKed nor retransmitted
         (``len(rtx)`` if none), resuming from where the last search stopped, as Linux
         tcp_xmit_retransmit_queue starts at tp->retransmit_skb_hint."""
-        rtx = self.rtx
-        i = rtx.index_ending_after(self.rtx_hint)
-        n = len(rtx)
-        while i < n:
-            r = rtx[i]
-            if r.lost and not r.retrans and not r.sacked:
-                self.rtx_hint = r.start
-                return i
-            i += 1
-        if n:
-            self.rtx_hint = rtx[n - 1].end
-        return n
+        i, self.rtx_hint = self.rtx.first_lost(self.rtx_hint)
+        return i
 
     def mark_head_lost(self) -> None:
         """Linux tcp_mark_head_lost(sk, 1, 1) without SACK: one segment is lost, cut from
