@@ -7,7 +7,7 @@ import io
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import pytest
@@ -345,17 +345,20 @@ class FakeTun:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def read_batch(self, max_packets: int = 64) -> list[tuple[memoryview, bool]]:
-        out: list[tuple[memoryview, bool]] = []
+    def read_segments(self, max_packets: int = 64) -> list[tuple[memoryview, bool, int]]:
+        out: list[tuple[memoryview, bool, int]] = []
         while len(out) < max_packets:
             try:
-                out.append((memoryview(self.sock.recv(65536)), False))
+                out.append((memoryview(self.sock.recv(65536)), False, 0))
             except BlockingIOError:
                 break
         return out
 
-    def write(self, packet: Buffer | TxPacket) -> None:
-        self.sock.send(packet.tobytes() if hasattr(packet, "tobytes") else bytes(packet))
+    def write_packets(self, packets: Sequence[Buffer | TxPacket]) -> tuple[int, int, list[Exception]]:
+        nbytes = 0
+        for packet in packets:
+            nbytes += self.sock.send(packet.tobytes() if isinstance(packet, TxPacket) else bytes(packet))
+        return len(packets), nbytes, []
 
 
 def test_tun_driver_runs_a_stack_from_add_reader() -> None:

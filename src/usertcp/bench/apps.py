@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import json
 import os
@@ -49,6 +48,7 @@ from aiosmtpd.smtp import __ident__ as smtp_ident
 
 from usertcp import aio
 from usertcp import socket as usocket
+from usertcp.bench.process import NamespaceProcess, usertcp_env
 from usertcp.net import netns
 from usertcp.net.tun import TunDevice
 from usertcp.tcp.stack import Stack
@@ -300,57 +300,22 @@ def _client_main(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- orchestration
 
 
-class _Server:
-    """``python -m usertcp.bench.apps serve ...`` in namespace ``ns`` until :meth:`stop`."""
+class _Server(NamespaceProcess):
+    """``python -m usertcp.bench.apps serve ...`` in namespace ``ns`` until :meth:`stop` (stdin closed)."""
 
     def __init__(self, ns: str, *args: str) -> None:
-        src = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self._err = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop()
-        self.stderr = ""
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "usertcp.bench.apps",
-                                      "serve", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._err, text=True, env=env)
-        assert self.proc.stdout is not None
-        ready = _readline_within(self.proc, 30.0)
-        if ready.strip() != "ready":
-            self.stop()
-            raise RuntimeError(f"bench server did not start: {self.stderr}")
+        super().__init__(ns, "usertcp.bench.apps", "serve", *args, stop_by_stdin=True)
 
-    def stop(self) -> None:
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self._err.seek(0)
-        self.stderr = self._err.read()
-        self._err.close()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if self.proc.returncode != 0:
-            raise RuntimeError(f"bench server failed ({self.proc.returncode}): {self.stderr[-2000:]}")
-
-
-def _readline_within(proc: subprocess.Popen[str], seconds: float) -> str:
-    import selectors
-
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(seconds):
-            return ""
-    return proc.stdout.readline()
+    def stop(self) -> int:
+        rc = super().stop()
+        if rc != 0:
+            raise RuntimeError(f"bench server failed ({rc}): {self.stderr[-2000:]}")
+        return rc
 
 
 def _run_client(ns: str, *args: str) -> dict[str, Any]:
-    src = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "usertcp.bench.apps", "client", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=usertcp_env(), timeout=120, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
 
