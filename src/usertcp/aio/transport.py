@@ -168,6 +168,7 @@ class UsertcpTransport(asyncio.Transport):
         self._read_scheduled = False
         self._write_scheduled = False
         self._lost = False
+        self._preload_left: bytes | None = None   # see expect_preload_repeat()
         conn.on_readable = self._on_readable
         conn.on_writable = self._on_writable
 
@@ -182,6 +183,38 @@ class UsertcpTransport(asyncio.Transport):
         if connection_made:
             self._protocol.connection_made(self)
         self._schedule_read()
+
+    def expect_preload_repeat(self, preload: bytes) -> None:
+        """The listener already sent ``preload`` on this connection and the application will
+        write the same bytes itself (an unmodified server's greeting): the application's
+        first bytes are compared with it byte for byte and, where equal, not sent again.
+
+        Set by :meth:`Server.preload` with ``app_sends_it=True`` (an explicit choice: without
+        it every written byte is sent). Bytes that differ from the preload are sent as written
+        and reported through the loop's exception handler: the peer already has the preload,
+        so what the application meant instead cannot be delivered in its place.
+        """
+        self._preload_left = preload or None
+
+    def _drop_preload_repeat(self, data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+        """What of ``data`` is left to send once its repeat of the preload is taken off."""
+        expected = self._preload_left
+        assert expected is not None
+        k = min(len(expected), len(data))
+        if memoryview(data)[:k] != expected[:k]:
+            self._preload_left = None
+            if self._server is not None:
+                self._server.count_preload_repeat(matched=False)
+            self._loop.call_exception_handler({
+                "message": "the application's first bytes differ from the listener's preload the stack "
+                           "already sent (app_sends_it=True): they are sent as written",
+                "transport": self, "protocol": self._protocol})
+            return data
+        rest = expected[k:]
+        self._preload_left = rest or None
+        if not rest and self._server is not None:
+            self._server.count_preload_repeat(matched=True)
+        return memoryview(data)[k:]
 
     # -- callbacks from the stack: only schedule ---------------------------------------
 
@@ -305,6 +338,10 @@ class UsertcpTransport(asyncio.Transport):
             raise RuntimeError("Cannot call write() after write_eof()")
         if self._closing or self._lost or not data:
             return
+        if self._preload_left is not None:
+            data = self._drop_preload_repeat(data)
+            if not data:
+                return
         chunk = data if isinstance(data, bytes) else bytes(data)   # the caller may reuse its buffer
         self._buf.append(chunk)
         self._buf_size += len(chunk)

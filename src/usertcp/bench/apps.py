@@ -41,13 +41,12 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, AnyStr
+from typing import Any
 
 from aiosmtpd.smtp import SMTP
 from aiosmtpd.smtp import __ident__ as smtp_ident
 
 from usertcp import aio
-from usertcp import socket as usocket
 from usertcp.bench.process import NamespaceProcess, usertcp_env
 from usertcp.net import netns
 from usertcp.net.tun import TunDevice
@@ -94,25 +93,6 @@ async def asgi_app(scope: Scope, receive: Receive, send: Send) -> None:
 def smtp_greeting(hostname: str) -> bytes:
     """The greeting aiosmtpd sends (``220 HOST IDENT``), as bytes to preload on the listener."""
     return f"220 {hostname} {smtp_ident}\r\n".encode()
-
-
-class PreloadedSMTP(SMTP):
-    """aiosmtpd's SMTP server when the listening socket already sent its greeting.
-
-    With MSG_PRELOAD the stack sends the greeting right after the handshake, so the
-    application must not send it again (as the seed's patched Exim does not). This is
-    aiosmtpd unmodified except for that first reply, dropped in its public ``push``.
-    """
-
-    _greeting_skipped = False
-
-    async def push(self, status: AnyStr) -> None:
-        if not self._greeting_skipped:
-            self._greeting_skipped = True
-            text = status.decode() if isinstance(status, bytes) else status
-            if text.startswith("220 "):
-                return
-        await super().push(status)
 
 
 # ----------------------------------------------------------------------------- server process
@@ -182,13 +162,18 @@ async def _serve(mode: str, app: str, preload: bool) -> None:
     from aiosmtpd.handlers import Sink
 
     if preload:
+        # aiosmtpd unmodified: it still writes its greeting, which the listener already sent
+        # (app_sends_it: the transport does not send those bytes twice; usertcp.aio.server).
         assert isinstance(loop, aio.UsertcpEventLoop)
         lsock = loop.socket()
         lsock.bind((address, SMTP_PORT))
         lsock.listen(1024)
-        lsock.send(smtp_greeting(SMTP_HOSTNAME), usocket.MSG_PRELOAD)
-        smtp_server: asyncio.AbstractServer = await loop.create_server(
-            lambda: PreloadedSMTP(Sink(), hostname=SMTP_HOSTNAME), sock=lsock)
+        usertcp_server = await loop.create_server(lambda: SMTP(Sink(), hostname=SMTP_HOSTNAME), sock=lsock,
+                                                  start_serving=False)
+        assert isinstance(usertcp_server, aio.Server)
+        usertcp_server.preload(smtp_greeting(SMTP_HOSTNAME), app_sends_it=True)
+        await usertcp_server.start_serving()
+        smtp_server: asyncio.AbstractServer = usertcp_server
     else:
         smtp_server = await loop.create_server(lambda: SMTP(Sink(), hostname=SMTP_HOSTNAME), address,
                                                SMTP_PORT, backlog=1024)
