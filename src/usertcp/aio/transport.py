@@ -25,6 +25,7 @@ __all__ = ["TransportSocket", "UsertcpTransport"]
 
 _READ_CHUNK = 256 * 1024          # bytes handed to one data_received() call at most
 _BUFFERED_HINT = 64 * 1024        # the size hint given to BufferedProtocol.get_buffer()
+_COALESCE_MAX = 16 * 1024         # small writes queued together go to TCP in one send (one copy anyway)
 
 def _sockaddr(addr: bytes, port: int) -> tuple[Any, ...]:
     """asyncio's address shape: (host, port) for IPv4, (host, port, flowinfo, scope_id) for IPv6."""
@@ -371,6 +372,8 @@ class UsertcpTransport(asyncio.Transport):
         try:
             while buf and conn.send_space > 0:
                 chunk = buf.popleft()
+                if buf and len(chunk) + len(buf[0]) <= _COALESCE_MAX:
+                    chunk = self._coalesce(chunk)
                 n = conn.send(chunk, now, more=bool(buf))
                 self._buf_size -= n
                 if n < len(chunk):
@@ -386,6 +389,18 @@ class UsertcpTransport(asyncio.Transport):
             elif self._eof and not conn.write_shutdown and conn.state in SENDING:
                 conn.shutdown(False, True, now)
         self._maybe_resume_protocol()
+
+    def _coalesce(self, first: bytes | memoryview) -> bytes:
+        """``first`` joined with the small writes queued after it (up to ``_COALESCE_MAX``
+        bytes): one ``Connection.send`` for a response's headers and body, not one each."""
+        buf = self._buf
+        parts = [first]
+        size = len(first)
+        while buf and size + len(buf[0]) <= _COALESCE_MAX:
+            nxt = buf.popleft()
+            parts.append(nxt)
+            size += len(nxt)
+        return b"".join(parts)
 
     def write_eof(self) -> None:
         if self._closing or self._eof:
