@@ -52,6 +52,7 @@ from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE, notsent_below_lowat
 from usertcp.wire.segment import ACK, FIN, RST, SYN, URG, Buffer, Segment
 
 if TYPE_CHECKING:
+    from usertcp.tcp.accecn import AccEcn
     from usertcp.tcp.config import StackConfig
     from usertcp.tcp.host import ConnectionHost
     from usertcp.tcp.stack import Listener
@@ -169,6 +170,7 @@ class Connection:
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys set on this socket
         self.pred_flags = 0                    # 0: header prediction off
         self.ecn_flags = 0                     # ECN_* (Linux tp->ecn_flags)
+        self.accecn: AccEcn | None = None      # Accurate ECN state (tcp/accecn.py), if asked for
 
         # Socket options.
         self.keepalive = False
@@ -670,6 +672,9 @@ class Connection:
             self.mib["UsertcpSlowPathSegs"] += 1
         if self._before_sequence_check(seg, now) or self._sequence_step(seg, seg_off, now):
             return
+        acc = self.accecn
+        if acc is not None and self.state is not State.SYN_RECEIVED and acc.on_segment(seg, self.ts_recent):
+            self.rx.ack_now = True               # RFC 9768 §3.2.2.5.1: a change-triggered ACK
         if flags & RST:
             self._rst_step(seg_off, now)         # second
         elif flags & SYN:

@@ -453,7 +453,9 @@ class Recovery:
         win = seg.window << c.snd_wscale
         # Linux tcp_ecn_rcv_ecn_echo: the peer saw a CE mark (RFC 3168 §6.1.2).
         ece = bool(flags & ECE) and bool(c.ecn_flags & ECN_OK)
-        if flags & CWR:
+        acc = c.accecn
+        prior_delivered = c.delivered_segs
+        if flags & CWR and acc is None:
             # Linux tcp_ecn_accept_cwr (in tcp_ack, so a pure ACK's CWR counts too): the
             # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
             c.ecn_flags &= ~ECN_DEMAND_CWR
@@ -481,9 +483,19 @@ class Recovery:
                 # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
                 c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
                             app_limited=not c.cc.is_cwnd_limited())
+        if acc is not None:
+            # Linux tcp_accecn_process (RFC 9768 §3.2.2.5): CE packets delivered, from the ACE
+            # field; an increase is an ECN echo (FLAG_ECE).
+            ce = acc.process_ack((flags >> 6) & 7, seg.accecn, c.delivered_segs - prior_delivered,
+                                 max(ack_off - prior_una, 0) + self.sacked_bytes - sacked_before,
+                                 ack_off > prior_una or newly_sacked > 0, prior_una == 0 < ack_off,
+                                 c.sack_ok or self.ca_state in (CA_OPEN, CA_CWR), c.mss, c.snd_max)
+            if ce:
+                c.cc.on_delivered_ce(ce)
+                ece = True
         if ack_off > prior_una or newly_sacked:
             # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
-            c.cc.on_ack_event(c.delivered_segs, ece, ack_off, c.snd_max)
+            c.cc.on_ack_event(c.delivered_segs, ece and acc is None, ack_off, c.snd_max)
         if ece:
             self.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
         if c.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from .segment import (
     FASTOPEN_EXP_MAGIC,
+    OPT_ACCECN0,
+    OPT_ACCECN1,
     OPT_AO,
     OPT_EOL,
     OPT_EXP,
@@ -151,6 +153,7 @@ def parse_options(seg: Segment, opts: memoryview) -> None:
     seg.fastopen_exp = False
     seg.md5 = None
     seg.ao = None
+    seg.accecn = None
     seg.unknown_options = 0
     n = len(opts)
     if n == 0:
@@ -209,6 +212,8 @@ def parse_options(seg: Segment, opts: memoryview) -> None:
             # RFC 5925 §2.2: KeyID, RNextKeyID, MAC; at least 4 bytes. Verified elsewhere.
             if olen >= 4:
                 seg.ao = opts[i + 2:i + olen]
+        elif kind in (OPT_ACCECN0, OPT_ACCECN1):
+            seg.accecn = opts[i:i + olen]     # RFC 9768 §3.2.3; read by tcp/accecn.py
         else:
             seg.unknown_options += 1
         i += olen
