@@ -508,3 +508,25 @@ def settle_accecn(acc: AccEcn, seg: Segment) -> tuple[AccEcn | None, bool]:
     if outcome == NEGOTIATED_ACCECN:
         return acc, False
     return None, outcome == NEGOTIATED_RFC3168
+
+
+def accecn_info(acc: AccEcn | None) -> dict[str, int]:
+    """The AccECN fields of Linux 6.18's struct tcp_info (tcp_get_info): zero without AccECN.
+    ``tcpi_delivered_ce`` is Linux's tp->delivered_ce, which RFC 3168 ECN also counts; here
+    only AccECN feeds it (RFC 3168 delivery counts live in the congestion controller)."""
+    if acc is None:
+        return dict.fromkeys(_INFO_FIELDS, 0)
+    r, d = acc.received_bytes, acc.delivered_bytes
+    return {
+        "tcpi_delivered_ce": acc.delivered_ce & 0xFFFFFFFF,
+        "tcpi_received_ce": acc.received_ce & 0xFFFFFFFF,
+        "tcpi_delivered_e1_bytes": d[0], "tcpi_delivered_e0_bytes": d[1], "tcpi_delivered_ce_bytes": d[2],
+        "tcpi_received_e1_bytes": r[0], "tcpi_received_e0_bytes": r[1], "tcpi_received_ce_bytes": r[2],
+        "tcpi_accecn_fail_mode": acc.fail_mode,
+        "tcpi_accecn_opt_seen": acc.saw_opt,
+    }
+
+
+_INFO_FIELDS = ("tcpi_delivered_ce", "tcpi_received_ce", "tcpi_delivered_e1_bytes", "tcpi_delivered_e0_bytes",
+                "tcpi_delivered_ce_bytes", "tcpi_received_e1_bytes", "tcpi_received_e0_bytes",
+                "tcpi_received_ce_bytes", "tcpi_accecn_fail_mode", "tcpi_accecn_opt_seen")
