@@ -12,6 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pair import make_pair, transfer
+from usertcp.drill.ast import PacketEvent
+from usertcp.drill.lexer import ScriptSyntaxError
+from usertcp.drill.parser import parse_script
+from usertcp.drill.render import flag_bits, fmt_opts
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.accecn import (
     ACE_FAIL_RECV,
@@ -36,7 +40,20 @@ from usertcp.tcp.invariants import check_invariants
 from usertcp.tcp.recovery import ECN_OK
 from usertcp.wire.accecn import OPT_ACCECN0, OPT_ACCECN1, encode_with_accecn, parse_accecn
 from usertcp.wire.packet import parse_packet
-from usertcp.wire.segment import ACK, AE, CWR, ECE, ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, SYN, Segment
+from usertcp.wire.segment import (
+    ACK,
+    AE,
+    CWR,
+    ECE,
+    ECN_CE,
+    ECN_ECT0,
+    ECN_ECT1,
+    ECN_NOT_ECT,
+    FIN,
+    PSH,
+    SYN,
+    Segment,
+)
 from usertcp.wire.tcp import options_from
 
 Seen = list[tuple[int, int, int, bool, bytes]]
@@ -322,3 +339,30 @@ def test_receiver_counters_and_change_triggered_acks() -> None:
     acc.on_segment(seg, 0)
     assert acc.received_ce == 4                           # a GRO packet counts its segments
     assert ECN_ECT1 == 1
+
+
+# ----------------------------------------------------------------------------- drill syntax
+
+
+@pytest.mark.parametrize(("flags", "bits"), [
+    ("P5.", PSH | ACK | AE | ECE), (".5", ACK | AE | ECE), ("P.5", PSH | ACK | AE | ECE),
+    ("F5.", FIN | ACK | AE | ECE), ("SEWA", SYN | ECE | CWR | AE), ("0.", ACK), ("SW.", SYN | CWR | ACK),
+])
+def test_drill_flag_forms(flags: str, bits: int) -> None:
+    """packetdrill's AccECN notation: an ACE digit 0..7 for AE/CWR/ECE, before or after the
+    ACK dot, or the letters E (ECE), W (CWR) and A (AE)."""
+    script = parse_script(f"+0 < {flags} 1:1(0) ack 1 win 100\n")
+    ev = script.events[0]
+    assert isinstance(ev, PacketEvent) and flag_bits(ev.flags) == bits and not ev.unsupported
+
+
+def test_drill_accecn_option_in_both_orders() -> None:
+    script = parse_script("+0 < . 1:1(0) ack 1 win 100 <ECN e1b 1 ceb 1000 e0b 7,nop,ECN e0b 5 ceb 4>\n")
+    ev = script.events[0]
+    assert isinstance(ev, PacketEvent) and ev.options is not None
+    first, _nop, second = ev.options
+    assert (first.kind, first.values, second.kind, second.values) == (174, (1, 1000, 7), 172, (5, 4))
+    raw = bytes((174, 11, 0, 0, 1, 0, 3, 0xE8, 0, 0, 7))
+    assert fmt_opts([(174, raw[2:])]) == "ECN e1b 1 ceb 1000 e0b 7"
+    with pytest.raises(ScriptSyntaxError):
+        parse_script("+0 < . 1:1(0) ack 1 win 100 <ECN ceb 1 e0b 2>\n")

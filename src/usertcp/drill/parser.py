@@ -451,8 +451,9 @@ class _Parser:
         if nxt.is_punct("."):
             self.advance()
             text += "."
-        elif nxt.kind == "FLOAT" and nxt.text[:1] == "." and nxt.text[1:] in _ACE_DIGITS and not text:
-            # ".5": ACK with an AccECN ACE value (RFC 9768 §3.2.2), lexed as a float.
+        elif (nxt.kind == "FLOAT" and nxt.text[:1] == "." and nxt.text[1:] in _ACE_DIGITS
+              and not any(ch in _ACE_DIGITS for ch in text)):
+            # ".5", "P.5": ACK with an AccECN ACE value (RFC 9768 §3.2.2), lexed as a float.
             self.advance()
             text += nxt.text
         if not text:

@@ -194,7 +194,10 @@ class Output:
                     tos |= ECN_ECT0
                 acc.note_syn_sent(tos)
             elif not acc.pending:
-                flags |= acc.ace(flags)
+                # A TIME-WAIT ACK is Linux's timewait socket's (tcp_v4_send_ack): no ACE field,
+                # but the ECT(0) TOS the socket had.
+                if c.state is not State.TIME_WAIT:
+                    flags |= acc.ace(flags)
                 if acc.sends_ect:
                     tos |= ECN_ECT0
         elif syn:
