@@ -336,7 +336,7 @@ def test_receiver_counters_and_change_triggered_acks() -> None:
     seg.gso_size = 1000
     seg.tos = ECN_CE
     seg.ts_val = -1
-    acc.on_segment(seg, 0)
+    acc.on_segment(seg)
     assert acc.received_ce == 4                           # a GRO packet counts its segments
     assert ECN_ECT1 == 1
 
@@ -366,3 +366,14 @@ def test_drill_accecn_option_in_both_orders() -> None:
     assert fmt_opts([(174, raw[2:])]) == "ECN e1b 1 ceb 1000 e0b 7"
     with pytest.raises(ScriptSyntaxError):
         parse_script("+0 < . 1:1(0) ack 1 win 100 <ECN ceb 1 e0b 2>\n")
+
+
+def test_rfc3168_delivered_ce_counts_packets_acked_with_ece() -> None:
+    """Linux tcp_count_delivered: with RFC 3168 ECN, tcpi_delivered_ce counts the packets
+    delivered by ACKs that carry ECE; without ECN it stays 0."""
+    link = LinkConfig(delay=0.002, bandwidth_bps=20e6, queue_limit=80, ecn_threshold=8)
+    c, _s, seen = _open(StackConfig(ecn=1), StackConfig(ecn=1), link, size=200_000)
+    ece_acks = [p for p in seen if not p[3] and p[2] & ECE and not p[2] & SYN]
+    assert ece_acks and tcp_info(c)["tcpi_delivered_ce"] >= len(ece_acks)
+    c0, _s0, _ = _open(StackConfig(ecn=0), StackConfig(ecn=0), link, size=50_000)
+    assert tcp_info(c0)["tcpi_delivered_ce"] == 0

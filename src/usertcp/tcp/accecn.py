@@ -161,7 +161,7 @@ class AccEcn:
         "received_ce", "received_ce_pending", "received_bytes", "prev_ecnfield", "seen",
         "delivered_ce", "delivered_bytes", "est_ecnfield",
         "minlen", "opt_demand", "opt_tstamp", "fail_mode", "saw_opt", "ts_progress",
-        "option_mode", "beacon", "fallback",
+        "option_mode", "beacon", "fallback", "ts_last", "ts_seen",
     )
 
     def __init__(self, *, option_mode: int, beacon: int, fallback: bool) -> None:
@@ -183,6 +183,8 @@ class AccEcn:
         self.fail_mode = 0
         self.saw_opt = OPT_NOT_SEEN
         self.ts_progress = False       # FLAG_TS_PROGRESS of the segment being processed
+        self.ts_last = 0               # the newest TSval seen (what ts_recent follows)
+        self.ts_seen = False
         self.option_mode = option_mode     # tcp_ecn_option
         self.beacon = beacon               # tcp_ecn_option_beacon
         self.fallback = fallback           # tcp_ecn_fallback
@@ -262,13 +264,18 @@ class AccEcn:
 
     # --------------------------------------------------------------- receive
 
-    def on_segment(self, seg: Segment, ts_recent: int) -> bool:
-        """A segment past the sequence check (Linux tcp_rcv_established step5); True when
-        its data should be ACKed at once."""
+    def on_segment(self, seg: Segment) -> bool:
+        """An acceptable segment (Linux tcp_rcv_established step5); True when its data should
+        be ACKed at once. Its timestamp is progress (FLAG_TS_PROGRESS) when newer than any
+        seen before (what advances ts_recent)."""
         plen = len(seg.payload)
         gso = seg.gso_size
         segs = (plen + gso - 1) // gso if gso and plen else 1
-        progress = seg.ts_val >= 0 and 0 < ((seg.ts_val - ts_recent) & 0xFFFFFFFF) < 0x80000000
+        ts = seg.ts_val
+        progress = ts >= 0 and 0 < ((ts - self.ts_last) & 0xFFFFFFFF) < 0x80000000
+        if progress or (ts >= 0 and not self.ts_seen):
+            self.ts_last = ts
+            self.ts_seen = True
         return self.received(seg.tos, plen, segs, progress) and plen > 0
 
     def received(self, ecn: int, plen: int, segs: int, ts_progress: bool) -> bool:
@@ -510,12 +517,14 @@ def settle_accecn(acc: AccEcn, seg: Segment) -> tuple[AccEcn | None, bool]:
     return None, outcome == NEGOTIATED_RFC3168
 
 
-def accecn_info(acc: AccEcn | None) -> dict[str, int]:
-    """The AccECN fields of Linux 6.18's struct tcp_info (tcp_get_info): zero without AccECN.
-    ``tcpi_delivered_ce`` is Linux's tp->delivered_ce, which RFC 3168 ECN also counts; here
-    only AccECN feeds it (RFC 3168 delivery counts live in the congestion controller)."""
+def accecn_info(acc: AccEcn | None, rfc3168_delivered_ce: int = 0) -> dict[str, int]:
+    """The AccECN fields of Linux 6.18's struct tcp_info (tcp_get_info): zero without AccECN,
+    but ``tcpi_delivered_ce``, Linux's tp->delivered_ce, which RFC 3168 ECN counts too
+    (packets delivered by ACKs with ECE)."""
     if acc is None:
-        return dict.fromkeys(_INFO_FIELDS, 0)
+        out = dict.fromkeys(_INFO_FIELDS, 0)
+        out["tcpi_delivered_ce"] = rfc3168_delivered_ce
+        return out
     r, d = acc.received_bytes, acc.delivered_bytes
     return {
         "tcpi_delivered_ce": acc.delivered_ce & 0xFFFFFFFF,

@@ -22,8 +22,7 @@ Rules followed (section numbers of the RFCs cited):
   (falls out of the pipe estimate, as in Linux: each dupack lets one segment leave).
 - RFC 896/Minshall (Linux's Nagle variant), RFC 9293 §3.8.6.2: silly window avoidance.
 - RFC 1122 §4.2.3.6: keepalive; RFC 9293 §3.8.6.1: zero-window probing.
-- RFC 3168: ECN, as Linux does it (``tcp_ecn`` sysctl): negotiation in the handshake, ECT(0)
-  on new data, ECE echoed from a CE mark until CWR, one cwnd reduction per window (CWR state).
+- RFC 3168 ECN and RFC 9768 Accurate ECN as Linux (``tcp_ecn``; ``tcp/accecn.py``, docs/ecn.md).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.errqueue import ErrorQueue
-from usertcp.tcp.handshake import Handshake
+from usertcp.tcp.handshake import AccEcn, Handshake
 from usertcp.tcp.info import tcp_info
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.output import IP_PMTUDISC_WANT, MAX_WINDOW, Output
@@ -52,7 +51,6 @@ from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE, notsent_below_lowat
 from usertcp.wire.segment import ACK, FIN, RST, SYN, URG, Buffer, Segment
 
 if TYPE_CHECKING:
-    from usertcp.tcp.accecn import AccEcn
     from usertcp.tcp.config import StackConfig
     from usertcp.tcp.host import ConnectionHost
     from usertcp.tcp.stack import Listener
@@ -672,9 +670,6 @@ class Connection:
             self.mib["UsertcpSlowPathSegs"] += 1
         if self._before_sequence_check(seg, now) or self._sequence_step(seg, seg_off, now):
             return
-        acc = self.accecn
-        if acc is not None and self.state is not State.SYN_RECEIVED and acc.on_segment(seg, self.ts_recent):
-            self.rx.ack_now = True               # RFC 9768 §3.2.2.5.1: a change-triggered ACK
         if flags & RST:
             self._rst_step(seg_off, now)         # second
         elif flags & SYN:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.accecn import AccEcn as AccEcn  # the control block's type (Connection.accecn)
 from usertcp.tcp.accecn import accecn_for_active_open, accecn_for_syn, settle_accecn
 from usertcp.tcp.config import ECN_ON
 from usertcp.tcp.congestion import congestion_needs_ecn

@@ -125,11 +125,9 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
         "tcpi_fastopen_client_fail": conn.tfo.client_fail if isinstance(conn.tfo, ClientTfo) else 0,
     }
     out.update(rtt.as_info())
-    out.update(accecn_info(conn.accecn))
+    out.update(accecn_info(conn.accecn, conn.recovery.delivered_ce))
     tx = conn.tx
-    out.update(tx.chrono.info(now))
-    out["tcpi_bytes_sent"] = tx.bytes_sent
-    out["tcpi_bytes_retrans"] = tx.bytes_retrans
+    out.update(tx.chrono.info(now), tcpi_bytes_sent=tx.bytes_sent, tcpi_bytes_retrans=tx.bytes_retrans)
     out["tcpi_pacing_rate"] = tx.pacing_rate()
     out["tcpi_max_pacing_rate"] = (1 << 64) - 1     # no SO_MAX_PACING_RATE: unlimited (~0ULL)
     # Milliseconds since data last left (jiffies_to_msecs(now - lsndtime)).
