@@ -135,6 +135,8 @@ def fit_option(required: int, remaining: int, sack_blocks: int, combine_saving: 
     """tcp_options_fit_accecn: (fields, bytes charged, SACK blocks kept) for an AccECN option
     of at least ``required`` fields in ``remaining`` option bytes; fields -1 when it does not
     fit. SACK blocks keep their place, but down to two of them make room for the option."""
+    if not sack_blocks and remaining >= 12:
+        return 3, accecn_size(3, combine_saving), 0    # the usual case: all three fields fit
     rem = remaining
     reduced = 0
     n = 3

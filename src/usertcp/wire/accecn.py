@@ -29,6 +29,9 @@ FIELD_ECN = ((2, 3, 1), (1, 3, 2))
 
 _MD5_PLACEHOLDER = b"\x01\x01\x13\x12" + bytes(16)     # as wire/tcp.py encode_options
 _S_II = struct.Struct("!II")
+_S_TS_ACCECN3 = struct.Struct("!4sIIIII")
+_TS_NOP_PREFIX = b"\x01\x01\x08\x0a"
+_ACCECN3_HEAD = (OPT_ACCECN1 << 24) | (ACCECN_MAX_LEN << 16)
 _S_I = struct.Struct("!I")
 
 
@@ -37,6 +40,9 @@ def parse_accecn(opt: memoryview) -> tuple[int, tuple[int, ...]]:
     ``counters`` the whole 24-bit fields present, in wire order (0 to 3 of them)."""
     order = 1 if opt[0] == OPT_ACCECN1 else 0
     n = (len(opt) - ACCECN_BASE_LEN) // ACCECN_FIELD_LEN
+    if n >= 3:                       # the usual full option: one conversion, three shifts
+        v = int.from_bytes(opt[2:11], "big")
+        return order, (v >> 48, (v >> 24) & FIELD_MASK, v & FIELD_MASK)
     fields = tuple((opt[2 + 3 * i] << 16) | (opt[3 + 3 * i] << 8) | opt[4 + 3 * i] for i in range(n))
     return order, fields
 
@@ -65,6 +71,12 @@ def encode_with_accecn(*, mss: int = -1, ts: tuple[int, int] | None = None, sack
         out.append(head + _S_II.pack(ts[0], ts[1]))
         sack_permitted = False
     nfields, e1b, ceb, e0b = accecn
+    if nfields == 3 and ts is not None and not sack_blocks and not md5 and mss < 0 and wscale < 0:
+        # Every segment of a connection with timestamps, in full option mode: one pack.
+        e1b &= FIELD_MASK
+        word3 = ((e0b & FIELD_MASK) << 8) | OPT_NOP
+        return _S_TS_ACCECN3.pack(_TS_NOP_PREFIX, ts[0], ts[1], _ACCECN3_HEAD | (e1b >> 8),
+                                  ((e1b & 0xFF) << 24) | (ceb & FIELD_MASK), word3)
     length = ACCECN_BASE_LEN + ACCECN_FIELD_LEN * nfields
     hi, lo = OPT_NOP, OPT_NOP           # bytes that replace the next option's two NOPs
     e1b &= FIELD_MASK
