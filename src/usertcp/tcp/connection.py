@@ -22,8 +22,7 @@ Rules followed (section numbers of the RFCs cited):
   (falls out of the pipe estimate, as in Linux: each dupack lets one segment leave).
 - RFC 896/Minshall (Linux's Nagle variant), RFC 9293 §3.8.6.2: silly window avoidance.
 - RFC 1122 §4.2.3.6: keepalive; RFC 9293 §3.8.6.1: zero-window probing.
-- RFC 3168: ECN, as Linux does it (``tcp_ecn`` sysctl): negotiation in the handshake, ECT(0)
-  on new data, ECE echoed from a CE mark until CWR, one cwnd reduction per window (CWR state).
+- RFC 3168 ECN and RFC 9768 Accurate ECN as Linux (``tcp_ecn``; ``tcp/accecn.py``, docs/ecn.md).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.errqueue import ErrorQueue
-from usertcp.tcp.handshake import Handshake
+from usertcp.tcp.handshake import AccEcn, Handshake
 from usertcp.tcp.info import tcp_info
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.mtu_probe import PathMtu
@@ -171,6 +170,7 @@ class Connection:
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys set on this socket
         self.pred_flags = 0                    # 0: header prediction off
         self.ecn_flags = 0                     # ECN_* (Linux tp->ecn_flags)
+        self.accecn: AccEcn | None = None      # Accurate ECN state (tcp/accecn.py), if asked for
 
         # Socket options.
         self.keepalive = False

@@ -192,7 +192,22 @@ class Output:
         tos = c.tos
         ef = c.ecn_flags
         c.path.on_transmit()           # __sk_dst_check: a changed route is looked up again
-        if syn:
+        acc = c.accecn
+        if acc is not None:
+            # RFC 9768: the handshake's ACE encodings, then r.cep on every segment, all ECT(0).
+            if syn:
+                flags |= acc.syn_flags(flags, c.syn_retries > 0)
+                if c.cc.needs_ecn and not flags & ACK:
+                    tos |= ECN_ECT0
+                acc.note_syn_sent(tos)
+            elif not acc.pending:
+                # A TIME-WAIT ACK is Linux's timewait socket's (tcp_v4_send_ack): no ACE field,
+                # but the ECT(0) TOS the socket had.
+                if c.state is not State.TIME_WAIT:
+                    flags |= acc.ace(flags)
+                if acc.sends_ect:
+                    tos |= ECN_ECT0
+        elif syn:
             if ef & ECN_OK and c.cc.needs_ecn and not flags & ACK:
                 tos |= ECN_ECT0     # Linux tcp_ecn_send_syn: INET_ECN_xmit for DCTCP's SYN
         elif ef:
@@ -250,6 +265,10 @@ class Output:
                 if len(blocks) >= max_blocks:
                     break
                 blocks.append((left, right))
+        if c.accecn is not None:
+            opts = c.accecn.established_options(now, c.rtt.srtt or 0.0, ts, blocks, c.md5_key is not None)
+            if opts is not None:
+                return opts
         if not ts and not blocks and c.md5_key is None:
             return b""
         return encode_options(ts=ts, sack_blocks=blocks, md5=c.md5_key is not None)
@@ -288,6 +307,11 @@ class Output:
             sack = cfg.sack
             wscale = c.rcv_wscale if cfg.window_scaling else -1
         fastopen, fastopen_exp = c.stack.fastopen_syn_option(c, synack, peer)
+        if synack and c.accecn is not None and fastopen is None:
+            opts = c.accecn.synack_options(c.syn_retries, mss=mss, ts=ts, sack=sack, wscale=wscale,
+                                           md5=c.md5_key is not None)
+            if opts is not None:
+                return opts
         return encode_options(mss=mss, ts=ts, sack_permitted=sack, wscale=wscale,
                               fastopen=fastopen, fastopen_exp=fastopen_exp, md5=c.md5_key is not None)
 

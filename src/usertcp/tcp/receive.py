@@ -510,7 +510,7 @@ class Receive:
         if (c.state is State.ESTABLISHED and c.config.header_prediction and c.ooo.empty
                 and not c.closed_by_app and c.rcv_adv > c.rcv_nxt
                 and c.rcvbuf_limit > len(c.rcv_buf) and not self.urgent.held
-                and (c.md5_key is None or c.config.md5_fast_path)):
+                and (c.md5_key is None or c.config.md5_fast_path) and c.accecn is None):
             hdr_len = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
             window = c.snd_wnd >> c.snd_wscale
             c.pred_flags = (hdr_len >> 2) << 28 | ACK << 16 | window if window <= 0xFFFF else 0

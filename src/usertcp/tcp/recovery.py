@@ -41,7 +41,8 @@ class Recovery:
     __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
                  "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
                  "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reord_seen",
-                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes")
+                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes",
+                 "delivered_ce")
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
@@ -68,6 +69,7 @@ class Recovery:
         self.rack_reord = False        # reordering seen (RACK.reord)
         self.reordering = reordering   # tp->reordering, in segments (tcpi_reordering)
         self.reord_seen = 0            # reordering events (tcpi_reord_seen)
+        self.delivered_ce = 0          # Linux tp->delivered_ce of RFC 3168 ECN (AccECN: tcp/accecn.py)
         self.reord_seen_in = -1        # segs_in of the ACK that counted the last one
 
     def trace_ca(self, old: int, trigger: str, now: float) -> None:
@@ -420,7 +422,8 @@ class Recovery:
         win = seg.window << c.snd_wscale
         # Linux tcp_ecn_rcv_ecn_echo: the peer saw a CE mark (RFC 3168 §6.1.2).
         ece = bool(flags & ECE) and bool(c.ecn_flags & ECN_OK)
-        if flags & CWR:
+        prior_delivered = c.delivered_segs
+        if flags & CWR and c.accecn is None:
             # Linux tcp_ecn_accept_cwr (in tcp_ack, so a pure ACK's CWR counts too): the
             # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
             c.ecn_flags &= ~ECN_DEMAND_CWR
@@ -450,9 +453,11 @@ class Recovery:
                 # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
                 c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
                             app_limited=not c.cc.is_cwnd_limited())
+        if ece or c.accecn is not None:
+            ece = self._ecn_feedback(seg, ece, ack_off, prior_una, prior_delivered, sacked_before)
         if ack_off > prior_una or newly_sacked:
             # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
-            c.cc.on_ack_event(c.delivered_segs, ece, ack_off, c.snd_max)
+            c.cc.on_ack_event(c.delivered_segs, ece and c.accecn is None, ack_off, c.snd_max)
         if ece:
             self.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
         if c.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
@@ -467,6 +472,30 @@ class Recovery:
         if ack_off > prior_una or sack_new:
             tm.tlp_deadline = INF
             tm.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+
+    def _ecn_feedback(self, seg: Segment, ece: bool, ack_off: int, prior_una: int, prior_delivered: int,
+                      sacked_before: int) -> bool:
+        """Is this ACK an ECN echo? RFC 3168: its ECE, and the packets it delivered count as
+        CE-marked (Linux tcp_count_delivered). Accurate ECN (RFC 9768 §3.2.2): first the
+        segment's own IP-ECN field is counted (tcp_ecn_received_counters, ACKed at once when it
+        changed; the handshake's last ACK was counted by the handshake), then the change of
+        its ACE field gives the CE packets delivered (tcp_accecn_process: FLAG_ECE)."""
+        c = self.conn
+        delivered = c.delivered_segs - prior_delivered
+        acc = c.accecn
+        if acc is None:
+            self.delivered_ce += delivered
+            return ece
+        if prior_una and acc.on_segment(seg):
+            c.rx.ack_now = True
+        sacked = self.sacked_bytes - sacked_before       # SACKed, less what SND.UNA now covers
+        acked = max(ack_off - prior_una, 0)
+        ce = acc.process_ack((seg.flags >> 6) & 7, seg.accecn, delivered, acked + sacked,
+                             acked > 0 or sacked > 0, prior_una == 0 < ack_off,
+                             c.sack_ok or self.ca_state in (CA_OPEN, CA_CWR), c.mss, c.snd_max)
+        if ce:
+            c.cc.on_delivered_ce(ce)
+        return ce > 0
 
     def _cumulative_ack(self, ack_off: int, seg: Segment, ece: bool, newly_sacked: int,
                         prior_in_flight: int, now: float) -> None:
