@@ -64,10 +64,12 @@ def show(seg: Tcp, base: int) -> None:
     print(f"  {'P.' if seg.flags & TCP_PSH else '. '} {rel}:{rel + len(seg.payload)}({len(seg.payload)})")
 
 
-def https_client(dev: TunDevice, rd: PacketReader, ns: str) -> None:
-    """nagle/https_client.pkt: no TSO/GSO on the device, TCP_NODELAY, mss 974, writes 517, 51, 2002."""
+def https_client(dev: TunDevice, rd: PacketReader, ns: str, rtt: float = 0.0) -> None:
+    """nagle/https_client.pkt: no TSO/GSO on the device, TCP_NODELAY, mss 974, writes 517, 51, 2002;
+    ``rtt``: how long we hold our SYN-ACK (the kernel's first RTT sample)."""
     opts = struct.pack("!BBH", 2, 4, 974) + bytes([1, 1, 4, 2, 1, 3, 3, 7])
-    s, syn, me = kernel_connects(dev, rd, ns, 443, [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], opts, 5792)
+    s, syn, me = kernel_connects(dev, rd, ns, 443, [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], opts, 5792,
+                                 rtt=rtt)
     base = syn.seq
     for n, pause in ((517, 0.1), (51, 0.03), (2002, 0.0)):
         s.send(b"x" * n)
