@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from usertcp.native import mypyc_attr
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
+from usertcp.tcp.challenge import OutOfWindowLimit
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.errqueue import ErrorQueue
 from usertcp.tcp.handshake import AccEcn, Handshake
@@ -180,7 +181,7 @@ class Connection:
         self.user_timeout = 0.0        # TCP_USER_TIMEOUT in seconds, 0 = off
         self.linger_zero = False
         self.tos = 0                   # IP_TOS for every packet of this connection
-        self.oow_last = -INF           # last out-of-window ACK we sent (rate limit)
+        self.oow = OutOfWindowLimit()  # out-of-window ACKs' rate limit (tcp_invalid_ratelimit)
         self.rtt = RttEstimator(rto_initial=cfg.rto_initial, rto_min=cfg.rto_min, rto_max=cfg.rto_max)
         self.cc: CongestionControl = create_congestion_control(cfg.congestion_control, 536, config=cfg)
 
@@ -644,28 +645,15 @@ class Connection:
 
     def _challenge_ack(self, now: float) -> None:
         """RFC 5961 §7: challenge ACKs, limited per connection, then by the stack's budget."""
-        if not self._oow_allowed(now):
+        if not self.oow_ack_allowed(now):
             self.mib["TcpExtTCPACKSkippedChallenge"] += 1
         elif self.stack.challenge_ack_allowed(now):    # Linux counts no skip for the budget
             self.mib["TcpExtTCPChallengeACK"] += 1
             self.tx.send_ack(now)
 
-    def oow_ack_allowed(self, now: float) -> bool:
-        """May an out-of-window ACK go now (tcp_oow_rate_limited, for tcp/timewait.py)?"""
-        return self._oow_allowed(now)
-
-    def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
-        """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.
-
-        Data segments without SYN are exempt ("not likely part of an ACK loop") and do not
-        use up the slot that challenge ACKs share.
-        """
-        if seg is not None and len(seg.payload) and not seg.flags & SYN:
-            return True
-        if now - self.oow_last < self.config.invalid_ratelimit:
-            return False
-        self.oow_last = now
-        return True
+    def oow_ack_allowed(self, now: float, seg: Segment | None = None) -> bool:
+        """May an out-of-window ACK go now (tcp_oow_rate_limited, tcp/challenge.py)?"""
+        return self.oow.allowed(now, self.config.invalid_ratelimit, seg)
 
     def _synchronized_arrives(self, seg: Segment, now: float) -> None:
         """RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states, step by step; each
@@ -697,7 +685,7 @@ class Connection:
             if seq_diff(seg.ts_val, self.ts_recent) < 0 and now - self.ts_recent_time < TS_PAWS_IDLE:
                 self.mib["TcpExtPAWSEstab"] += 1
                 self.mib["SKB_DROP_REASON_TCP_RFC7323_PAWS"] += 1
-                if self._oow_allowed(now, seg):
+                if self.oow_ack_allowed(now, seg):
                     self.tx.send_ack(now)
                 return True
         return False
@@ -729,7 +717,7 @@ class Connection:
             mib["TcpExtTCPDSACKOldSent" if dsack else "UsertcpDupData"] += 1
             if dsack:
                 self.rx.dsack = (seg_off, min(seg_off + plen, self.rcv_nxt))
-        if self._oow_allowed(now, seg):
+        if self.oow_ack_allowed(now, seg):
             self.tx.send_ack(now)
         else:
             mib["TcpExtTCPACKSkippedSeq"] += 1
@@ -780,7 +768,7 @@ class Connection:
             # RFC 9293 / RFC 5961 §5.2: an ACK for data never sent.
             self.mib["UsertcpAckUnsent"] += 1
             self.mib["SKB_DROP_REASON_TCP_ACK_UNSENT_DATA"] += 1
-            if self._oow_allowed(now):
+            if self.oow_ack_allowed(now):
                 self.tx.send_ack(now)
             return True
         if ack_off < self.snd_una - self.max_snd_wnd:
@@ -790,8 +778,7 @@ class Connection:
         # RFC 7323 §4.3: update ts_recent for a segment that covers last_ack_sent.
         if self.ts_ok and seg.ts_val >= 0 and seg_off <= self.last_ack_sent \
                 and seq_diff(seg.ts_val, self.ts_recent) >= 0:
-            self.ts_recent = seg.ts_val
-            self.ts_recent_time = now
+            self.rx.store_ts_recent(seg.ts_val, now)
         self.recovery.on_ack(seg, ack_off, seg_off, now)
         st = self.state
         return st is State.CLOSED or st is State.TIME_WAIT

@@ -189,9 +189,38 @@ class Output:
             rx.ack_pending = 0
             tm.delack_deadline = INF
             rx.dsack = None
+        c.path.on_transmit()           # __sk_dst_check: a changed route is looked up again
+        flags, tos = self.ecn_marks(flags, syn, bool(payload), off)
+        pkt = build_packet(src=c.local_ip, dst=c.remote_ip, sport=c.local_port,
+                           dport=c.remote_port, seq=(c.iss + off) & SEQ_MASK, ack=ack, flags=flags,
+                           window=window, options=options, payload=payload, ttl=c.config.ttl,
+                           tos=tos, md5_key=c.md5_key, csum_partial=c.stack.tx_csum_offload,
+                           gso_size=gso_size, df=c.pmtudisc in _DF_MODES)
+        # Only an explicit False is a refusal: a wrapper of output() that drops its result
+        # (it returned None before refusals existed) must not read as one.
+        ok = c.stack.output(pkt) is not False
+        if ok:
+            self.pacer.on_transmit(now, len(pkt))      # EDT: tcp_update_skb_after_send
+        if c.errqueue is not None and payload and ok:   # transmit timestamps (first or again)
+            c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
+        c.segs_out += 1
+        c.last_snd_time = now
+        mib = c.mib
+        mib["TcpOutSegs"] += 1
+        if flags & RST:
+            mib["TcpOutRsts"] += 1
+        if not ok:
+            tm.tx_refused = True
+            if c.state in SYNCHRONIZED:
+                # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
+                c.recovery.enter_cwr(now, "local_congestion")
+        return ok
+
+    def ecn_marks(self, flags: int, syn: bool, has_data: bool, off: int) -> tuple[int, int]:
+        """The ECN bits of one segment: its TCP flags and IP TOS (AccECN, RFC 3168, DCTCP)."""
+        c = self.conn
         tos = c.tos
         ef = c.ecn_flags
-        c.path.on_transmit()           # __sk_dst_check: a changed route is looked up again
         acc = c.accecn
         if acc is not None:
             # RFC 9768: the handshake's ACE encodings, then r.cep on every segment, all ECT(0).
@@ -217,37 +246,14 @@ class Output:
             # controller that needs ECN (DCTCP, RFC 8257 §3.1) keeps every packet ECT.
             if ef & ECN_OK and c.cc.needs_ecn:
                 tos |= ECN_ECT0
-            if payload and off >= c.snd_max:
+            if has_data and off >= c.snd_max:
                 tos |= ECN_ECT0
                 if ef & ECN_QUEUE_CWR:
                     c.ecn_flags = ef = ef & ~ECN_QUEUE_CWR
                     flags |= CWR
             if ef & ECN_DEMAND_CWR and c.state is not State.TIME_WAIT:
                 flags |= ECE
-        pkt = build_packet(src=c.local_ip, dst=c.remote_ip, sport=c.local_port,
-                           dport=c.remote_port, seq=(c.iss + off) & SEQ_MASK, ack=ack, flags=flags,
-                           window=window, options=options, payload=payload, ttl=c.config.ttl,
-                           tos=tos, md5_key=c.md5_key, csum_partial=c.stack.tx_csum_offload,
-                           gso_size=gso_size, df=c.pmtudisc in _DF_MODES)
-        # Only an explicit False is a refusal: a wrapper of output() that drops its result
-        # (it returned None before refusals existed) must not read as one.
-        ok = c.stack.output(pkt) is not False
-        if ok:
-            self.pacer.on_transmit(now, len(pkt))      # EDT: tcp_update_skb_after_send
-        if c.errqueue is not None and payload and ok:   # transmit timestamps (first or again)
-            c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
-        c.segs_out += 1
-        c.last_snd_time = now
-        mib = c.mib
-        mib["TcpOutSegs"] += 1
-        if flags & RST:
-            mib["TcpOutRsts"] += 1
-        if not ok:
-            tm.tx_refused = True
-            if c.state in SYNCHRONIZED:
-                # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
-                c.recovery.enter_cwr(now, "local_congestion")
-        return ok
+        return flags, tos
 
     def data_options(self, now: float) -> bytes:
         """Options of a non-SYN segment: timestamps and SACK blocks (RFC 7323, 2018, 2883)."""

@@ -33,14 +33,14 @@ def clamp_window(conn: Connection) -> None:
     sk_rcvbuf when memory is plentiful: neither is modelled.)"""
     rx = conn.rx
     clamp = rx.window_clamp or conn.rcv_ssthresh
-    conn.rcv_ssthresh = min(clamp, 2 * rx.advmss())
+    rx.set_rcv_ssthresh(min(clamp, 2 * rx.advmss()))
 
 
 def adjust_rcv_ssthresh(conn: Connection) -> None:
     """Linux tcp_adjust_rcv_ssthresh, under memory pressure: the window offered stops growing
     past four segments (also what __tcp_select_window does under pressure when less than
     half the buffer is free)."""
-    conn.rcv_ssthresh = min(conn.rcv_ssthresh, 4 * conn.rx.advmss())
+    conn.rx.set_rcv_ssthresh(min(conn.rcv_ssthresh, 4 * conn.rx.advmss()))
 
 
 def _fits(conn: Connection, cost: int, in_order: bool) -> bool:

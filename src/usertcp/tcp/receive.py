@@ -403,6 +403,16 @@ class Receive:
             c.tx.send_ack(now)
             c.reschedule()
 
+    def set_rcv_ssthresh(self, value: int) -> None:
+        """Memory pressure's window limit (tcp_clamp_window, tcp_adjust_rcv_ssthresh)."""
+        self.conn.rcv_ssthresh = value
+
+    def store_ts_recent(self, ts_val: int, now: float) -> None:
+        """tcp_store_ts_recent: a checked segment's TSval becomes TS.Recent (RFC 7323 §4.3)."""
+        c = self.conn
+        c.ts_recent = ts_val
+        c.ts_recent_time = now
+
     def fast_ts_recent(self, ts_val: int, now: float) -> None:
         """RFC 7323 §4.3 for a predicted segment (SEQ = RCV.NXT, PAWS already passed)."""
         c = self.conn

@@ -414,7 +414,6 @@ class Recovery:
         """RFC 9293 §3.10.7.4 fifth step for an acceptable ACK (Linux tcp_ack): SACK blocks,
         the send window, then a cumulative advance or a duplicate ACK, and the recovery state."""
         c = self.conn
-        tm = c.timers
         prior_una = c.snd_una
         prior_in_flight = c.in_flight
         flags = seg.flags
@@ -460,6 +459,13 @@ class Recovery:
             c.cc.on_ack_event(c.delivered_segs, ece and c.accecn is None, ack_off, c.snd_max)
         if ece:
             self.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
+        self._after_ack(ack_off, prior_una, newly_sacked, lost_before, sack_new, seg, now)
+
+    def _after_ack(self, ack_off: int, prior_una: int, newly_sacked: int, lost_before: int,
+                   sack_new: bool, seg: Segment, now: float) -> None:
+        """The end of tcp_ack: the recovery state (tcp_fastretrans_alert), PRR, the pure-ACK
+        count and the loss probe timer."""
+        c = self.conn
         if c.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
             self.enter_recovery(now)
         elif c.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
@@ -467,11 +473,11 @@ class Recovery:
         if (self.ca_state == CA_RECOVERY and c.sack_ok) or self.ca_state == CA_CWR:
             self.prr(self.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
                      una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
-        if not plen and ack_off >= prior_una and flags == ACK:
+        if not seg.payload and ack_off >= prior_una and seg.flags == ACK:
             c.mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
-            tm.tlp_deadline = INF
-            tm.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+            c.timers.tlp_deadline = INF
+            c.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
 
     def _ecn_feedback(self, seg: Segment, ece: bool, ack_off: int, prior_una: int, prior_delivered: int,
                       sacked_before: int) -> bool:

@@ -201,27 +201,23 @@ class RtxQueue:
         self.insert(index + 1, tail)
         return tail
 
+    # The per-block work a hostile peer controls (CVE-2019-11477/11478, CVE-2019-5599), so it
+    # runs on the list itself, without per-record method calls. The first record the block
+    # touches is found by bisection (tcp_sacktag_bsearch). A record the block covers only in
+    # part is cut at the block's edges, on whole-MSS boundaries only (tcp_match_skb_to_sack: a
+    # partial SACK of a one-MSS record marks nothing), unless tcp_fragment's memory check
+    # (split_refused, ``snd_buf``'s sk_wmem_queued against ``sndbuf``) refuses it: then
+    # ``refused`` counts it and the block ends. The send buffer's skb is cut there too. ``tag``
+    # counts each newly SACKed record, which is then folded into SACKed neighbours it touches
+    # (tcp_shifted_skb), so that a SACKed range is one record and a block repeated in later
+    # ACKs costs a lookup, not a walk.
     def sack_range(self, left: int, right: int, mss: int, snd_buf: SendBuffer, sndbuf: int,
                    refused: Callable[[], None], tag: Callable[[SentSegment, float], None],
                    now: float) -> float:
-        """Mark the offsets [left, right) of one SACK block (Linux tcp_sacktag_walk). Returns
-        -1.0 if no record was newly SACKed, else the send time of the first newly SACKed one
-        never retransmitted (Linux tcp_sacktag_one's first_sackt: the ACK's one SACK RTT
-        sample), or -2.0 if each was retransmitted.
-
-        The first record the block touches is found by bisection (tcp_sacktag_bsearch). A
-        record the block covers only in part is cut at the block's edges, on whole-MSS
-        boundaries only (tcp_match_skb_to_sack: a partial SACK of a one-MSS record marks
-        nothing), unless tcp_fragment's memory check (split_refused, with ``snd_buf``'s
-        sk_wmem_queued against ``sndbuf``) refuses it: then ``refused`` counts it and the block
-        ends. The send buffer's skb is cut there too. ``tag`` counts each newly SACKed record,
-        which is then folded
-        into SACKed neighbours it touches (tcp_shifted_skb), so that a SACKed range is one
-        record and a block repeated in later ACKs costs a lookup, not a walk.
-
-        This is the per-block work a hostile peer controls (CVE-2019-11477/11478,
-        CVE-2019-5599), so it runs on the list itself, without per-record method calls.
-        """
+        """Mark [left, right) of one SACK block (Linux tcp_sacktag_walk). Returns -1.0 if no
+        record was newly SACKed, else the send time of the first newly SACKed one never
+        retransmitted (tcp_sacktag_one's first_sackt), or -2.0 if each was retransmitted.
+        The comment above says how it bounds a hostile peer's work."""
         segs = self._segs
         head = self._head
         n = len(segs)
@@ -253,59 +249,55 @@ class RtxQueue:
                     i += 1
                     continue
                 if a > start:
-                    # split_refused, inlined: only the first and last records stay splittable.
-                    if wmem >= limit and head < i < n - 1:
-                        wmem = snd_buf.wmem_queued
-                        if wmem >= limit:
-                            refused()
-                            break
-                    snd_buf.split(a - 1)           # offset 1 is data byte 0
-                    wmem += SKB_TRUESIZE_OVERHEAD
-                    self._split_at(i, a)
+                    wmem = self._cut(i, a, wmem, limit, snd_buf, refused)
+                    if wmem < 0:
+                        break
                     n += 1
                     i += 1
                     r = segs[i]
                 if b < end:
-                    if wmem >= limit and head < i < n - 1:
-                        wmem = snd_buf.wmem_queued
-                        if wmem >= limit:
-                            refused()
-                            break
-                    snd_buf.split(b - 1)
-                    wmem += SKB_TRUESIZE_OVERHEAD
-                    self._split_at(i, b)
+                    wmem = self._cut(i, b, wmem, limit, snd_buf, refused)
+                    if wmem < 0:
+                        break
                     n += 1
             tag(r, now)
             if new < 0.0:
                 new = r.tx_time if r.tx_count == 1 else -2.0
-            # No longer waiting for RACK (unlink_sent, inlined).
-            prev, nxt = r.sent_prev, r.sent_next
-            if prev is not None or self.sent_first is r:
-                if prev is None:
-                    self.sent_first = nxt
-                else:
-                    prev.sent_next = nxt
-                if nxt is None:
-                    self.sent_last = prev
-                else:
-                    nxt.sent_prev = prev
-                r.sent_prev = r.sent_next = None
-            # Fold into SACKed neighbours it touches (_merge_sacked, inlined).
-            if i + 1 < n:
-                nxt = segs[i + 1]
-                if nxt.sacked and nxt.start == r.end:
-                    r.end, r.fin = nxt.end, nxt.fin
-                    del segs[i + 1]
-                    n -= 1
-            if i > head:
-                prev = segs[i - 1]
-                if prev.sacked and prev.end == r.start:
-                    prev.end, prev.fin = r.end, r.fin
-                    del segs[i]
-                    n -= 1
-                    continue               # segs[i] is now the record after it
-            i += 1
+            self.unlink_sent(r)            # no longer waiting for RACK
+            i = self._fold_sacked(i, r)
+            n = len(segs)
         return new
+
+    def _fold_sacked(self, i: int, r: SentSegment) -> int:
+        """Fold the newly SACKed record ``r`` at position ``i`` into SACKed neighbours it
+        touches (tcp_shifted_skb); the position of the record after it."""
+        segs = self._segs
+        if i + 1 < len(segs):
+            nxt = segs[i + 1]
+            if nxt.sacked and nxt.start == r.end:
+                r.end, r.fin = nxt.end, nxt.fin
+                del segs[i + 1]
+        if i > self._head:
+            prev = segs[i - 1]
+            if prev.sacked and prev.end == r.start:
+                prev.end, prev.fin = r.end, r.fin
+                del segs[i]
+                return i                   # segs[i] is now the record after it
+        return i + 1
+
+    def _cut(self, i: int, at: int, wmem: int, limit: int, snd_buf: SendBuffer,
+             refused: Callable[[], None]) -> int:
+        """Cut record ``i`` and its skb at ``at`` for a SACK block; the send queue's memory
+        after it, or -1 if tcp_fragment's check refuses the cut (``refused`` counts it). Only
+        records between the first and the last are refused, as split_refused does."""
+        if wmem >= limit and self._head < i < len(self._segs) - 1:
+            wmem = snd_buf.wmem_queued
+            if wmem >= limit:
+                refused()
+                return -1
+        snd_buf.split(at - 1)           # offset 1 is data byte 0
+        self._split_at(i, at)
+        return wmem + SKB_TRUESIZE_OVERHEAD
 
     def _split_at(self, i: int, at: int) -> None:
         """Cut the record at list position ``i`` at offset ``at``; the tail follows it in

@@ -41,8 +41,7 @@ def timewait_arrives(conn: Connection, seg: Segment, now: float) -> None:
             return
         conn.timers.time_wait_deadline = now + conn.config.time_wait
         if has_ts and conn.ts_ok:
-            conn.ts_recent = seg.ts_val
-            conn.ts_recent_time = now
+            conn.rx.store_ts_recent(seg.ts_val, now)
         return
     if flags & SYN and not flags & (RST | ACK) and not paws_reject \
             and conn.stack.time_wait_reuse(conn, seg, now):
