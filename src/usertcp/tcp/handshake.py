@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from usertcp.tcp.accecn import AccEcn as AccEcn  # the control block's type (Connection.accecn)
 from usertcp.tcp.accecn import accecn_for_active_open, accecn_for_syn, settle_accecn
-from usertcp.tcp.config import ECN_ON
+from usertcp.tcp.config import ECN_ACCECN_IN_ECN_OUT, ECN_ON
 from usertcp.tcp.congestion import congestion_needs_ecn
 from usertcp.tcp.recovery import ECN_OK, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
@@ -68,10 +68,10 @@ class Handshake:
         c.snd_max = 0
         # Linux tcp_ecn_send_syn: tcp_ecn=1 requests ECN on an active open, and so does a
         # congestion control that needs it (tcp_ca_needs_ecn: DCTCP).
-        c.ecn_flags = ECN_OK if c.config.ecn == ECN_ON or c.cc.needs_ecn else 0
-        c.accecn = accecn_for_active_open(c.config)      # tcp_ecn=3: AccECN (RFC 9768 §3.1.1)
-        if c.accecn is not None or c.config.ecn == 4:
-            c.ecn_flags = 0 if c.accecn is not None else ECN_OK
+        # tcp_ecn=3 asks for AccECN instead (RFC 9768 §3.1.1), 4 for RFC 3168 ECN.
+        c.accecn = accecn_for_active_open(c.config)
+        wants = c.config.ecn in (ECN_ON, ECN_ACCECN_IN_ECN_OUT) or c.cc.needs_ecn
+        c.ecn_flags = ECN_OK if wants and c.accecn is None else 0
         c.set_state(State.SYN_SENT, now)
         c.timers.first_rto_time = now
         c.rx.init_window(True)          # tcp_select_initial_window (tcp/window.py)
