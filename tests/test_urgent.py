@@ -71,13 +71,21 @@ def test_oobinline_keeps_the_byte_in_the_stream_but_reads_still_stop_at_the_mark
 
 
 def test_splice_stops_at_the_mark_and_moves_nothing_there() -> None:
-    """tcp_splice_read over __tcp_read_sock: up to the mark, then 0 (no loop) until it is read."""
+    """tcp_splice_read over __tcp_read_sock: up to the mark, then nothing while the mark is
+    held, even once MSG_OOB read the byte: EAGAIN if it may not wait, else 0 (no loop). This
+    machine's kernel does the same (os.splice over loopback: 99, EAGAIN, 0, then EAGAIN)."""
     _passes(_run("""\
    +0 pipe([5, 6]) = 0
    +0 < U. 1:101(100) ack 1 win 257 urg 50
    +0 splice(4, NULL, 6, NULL, 100, 0) = 49
+   +0 splice(4, NULL, 6, NULL, 100, 0) = -1 EAGAIN (Resource temporarily unavailable)
+   +0 fcntl(4, F_SETFL, O_RDWR) = 0
    +0 splice(4, NULL, 6, NULL, 100, 0) = 0
+   +0 recv(4, ..., 1, MSG_OOB) = 1
+   +0 splice(4, NULL, 6, NULL, 100, 0) = 0
+   +0 splice(4, NULL, 6, NULL, 100, SPLICE_F_NONBLOCK) = -1 EAGAIN (Resource temporarily unavailable)
    +0 read(4, ..., 100) = 50
+   +0 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0
    +0 splice(4, NULL, 6, NULL, 100, 0) = -1 EAGAIN (Resource temporarily unavailable)
 """))
 
