@@ -138,6 +138,8 @@ class Socket(SocketCore):
                 self._start_connect(ip, port, now, data=bytes(view))
                 copied = self._tfo_copied
             conn = self._conn
+            if conn is not None and err != errno.EALREADY and flags & MSG_ZEROCOPY and self.options.zerocopy:
+                ZerocopySend(conn, syn_data=True).finish(conn)   # the SYN's data takes an id
             connecting = conn is not None and conn.state in CONNECTING
         self._kick()
         if nonblocking and connecting:
@@ -395,7 +397,7 @@ class Socket(SocketCore):
             if bufsize < 0 or ancbufsize < 0:
                 raise ValueError("negative buffer size in recvmsg()")
             self._check_open()
-            return errqueue.recv_errqueue(self, ancbufsize)
+            return errqueue.recv_errqueue(self, ancbufsize, bufsize)
         return stdio.recvmsg(self, bufsize, ancbufsize, flags)
 
     def recvmsg_into(self, buffers: Iterable[Any], ancbufsize: int = 0,

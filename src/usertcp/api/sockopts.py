@@ -77,7 +77,13 @@ from usertcp.tcp.congestion import create_congestion_control
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.md5sig import Md5Keys, parse_tcp_md5sig
 from usertcp.tcp.stack import Listener, StackConfig
-from usertcp.tcp.timestamping import TxTimestamps, set_timestamping
+from usertcp.tcp.timestamping import (
+    SO_TIMESTAMP_OLD,
+    SO_TIMESTAMPNS_OLD,
+    SOF_TIMESTAMPING_RX_SOFTWARE,
+    TxTimestamps,
+    set_timestamping,
+)
 
 __all__ = ["Effect", "SocketOptions", "as_bytes_view", "int_value", "take_error", "tcp_info"]
 
@@ -150,8 +156,8 @@ class SocketOptions:
     """One socket's option state, applied to its connection or listener as they come to exist."""
 
     __slots__ = ("_cc_name", "config", "conn_attrs", "error", "freebind", "linger", "mark", "md5_keys",
-                 "oob_inline", "rcvbuf", "recv_inq", "reuseaddr", "reuseport", "sndbuf", "tfo_connect",
-                 "tfo_key", "tfo_no_cookie", "tfo_qlen", "tsflags", "zerocopy")
+                 "oob_inline", "rcvbuf", "rcvtstamp", "rcvtstampns", "recv_inq", "reuseaddr", "reuseport",
+                 "sndbuf", "tfo_connect", "tfo_key", "tfo_no_cookie", "tfo_qlen", "tsflags", "zerocopy")
 
     def __init__(self, config: StackConfig) -> None:
         self.config = config
@@ -173,6 +179,8 @@ class SocketOptions:
         self.error = 0                      # a failed connect's error once its connection is gone
         self.zerocopy = False               # SO_ZEROCOPY: MSG_ZEROCOPY sends are honoured
         self.tsflags = 0                    # SO_TIMESTAMPING flags (sk_tsflags)
+        self.rcvtstamp = False              # SO_TIMESTAMP / SO_TIMESTAMPNS: SOCK_RCVTSTAMP
+        self.rcvtstampns = False            # SO_TIMESTAMPNS: SOCK_RCVTSTAMPNS
         self.mark = 0                       # SO_MARK: kept and reported, no policy routing here
         self.freebind = False               # IP_FREEBIND: bind() to an address not on the host
         self.oob_inline = False             # SO_OOBINLINE: urgent data stays in the stream
@@ -192,6 +200,7 @@ class SocketOptions:
         child._cc_name = self._cc_name
         child.recv_inq = self.recv_inq      # tcp_sock is copied whole (tp->recvmsg_inq)
         child.zerocopy, child.tsflags, child.mark = self.zerocopy, self.tsflags, self.mark   # sock flags
+        child.rcvtstamp, child.rcvtstampns = self.rcvtstamp, self.rcvtstampns
         child.freebind = self.freebind
         child.oob_inline = self.oob_inline  # sock flags are copied (sk_clone_lock)
         return child
@@ -216,6 +225,13 @@ class SocketOptions:
             self._timestamps(conn).flags = self.tsflags
         if self.oob_inline:
             conn.rx.urgent.set_inline(True)
+        self._rx_stamps(conn)
+
+    def _rx_stamps(self, conn: Connection | None) -> None:
+        """net_enable_timestamp(): received data keeps its arrival time once SO_TIMESTAMP[NS]
+        or SOF_TIMESTAMPING_RX_SOFTWARE asks for it."""
+        if conn is not None and (self.rcvtstamp or self.tsflags & SOF_TIMESTAMPING_RX_SOFTWARE):
+            conn.rcv_buf.enable_stamps()
 
     @staticmethod
     def _timestamps(conn: Connection) -> TxTimestamps:
@@ -322,6 +338,15 @@ class SocketOptions:
             state.flags = self.tsflags
             set_timestamping(live, state, int_value(value))
             self.tsflags = state.flags
+            self._rx_stamps(conn)
+            return Effect.NONE
+        if optname in (SO_TIMESTAMP_OLD, SO_TIMESTAMPNS_OLD):
+            # sock_set_timestamp(): on sets SOCK_RCVTSTAMP (and RCVTSTAMPNS for the ns form,
+            # clearing it for the other), off clears both.
+            on = bool(int_value(value))
+            self.rcvtstamp = on
+            self.rcvtstampns = on and optname == SO_TIMESTAMPNS_OLD
+            self._rx_stamps(conn)
             return Effect.NONE
         if optname == SO_MARK:
             self.mark = int_value(value) & 0xFFFFFFFF
@@ -528,6 +553,10 @@ class SocketOptions:
             return int(self.zerocopy)
         if optname == SO_TIMESTAMPING:
             return self.tsflags
+        if optname == SO_TIMESTAMP_OLD:
+            return int(self.rcvtstamp and not self.rcvtstampns)
+        if optname == SO_TIMESTAMPNS_OLD:
+            return int(self.rcvtstampns)
         if optname == SO_MARK:
             return self.mark
         raise os_error(errno.ENOPROTOOPT, f"SOL_SOCKET option {optname} not supported")

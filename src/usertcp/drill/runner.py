@@ -119,8 +119,12 @@ class _Runner:
         if settings.mtu is not None:
             self.config.mtu = settings.mtu
         self._stack: Stack | None = None
-        self.env = Environment(self.config, lambda: self._stack, Path(script.path).parent)
+        self.env = Environment(self.config, lambda: self._stack, Path(script.path).parent,
+                               peer=settings.remote_ip)
         self.sys = Syscalls(self)
+        # packetdrill runs every %{ }% block in one Python program: names a block assigns
+        # (``cwnd = 58``) are seen by the blocks after it.
+        self.code_vars: dict[str, Any] = {}
         self.now_s = 0.0
         self.cursor = 0.0
         self.outq: deque[tuple[float, bytes]] = deque()
@@ -293,7 +297,9 @@ class _Runner:
         if conn is None:
             raise ScriptFail(ev.line, "%{ }% block: no socket to read tcp_info from")
         ns: dict[str, Any] = dict(CODE_CONSTANTS)
-        ns.update(conn.info(self.now_s))
+        ns.update(self.code_vars)
+        info = conn.info(self.now_s)
+        ns.update(info)
         code = textwrap.dedent(ev.code)
         where = f"{self.script.path}:{ev.line}"
         try:
@@ -305,6 +311,7 @@ class _Runner:
             compiled = None
         try:
             exec(compiled if compiled is not None else compile(code, where, "exec"), ns)
+            self.code_vars = {k: v for k, v in ns.items() if k not in info and k != "__builtins__"}
         except AssertionError as exc:
             raise ScriptFail(ev.line, f"assertion failed: {code.strip()!r}: {exc}") from exc
         except Exception as exc:

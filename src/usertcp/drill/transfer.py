@@ -31,6 +31,7 @@ from usertcp.drill.sysargs import (
 from usertcp.drill.sysbase import SS_CONNECTED, SS_CONNECTING, Mismatch, Sock, SyscallGen, SysError
 from usertcp.tcp import fastopen, fastopen_client
 from usertcp.tcp.connection import Connection, State
+from usertcp.tcp.zerocopy import regions_after
 
 if TYPE_CHECKING:
     from usertcp.drill.syscalls import Syscalls
@@ -51,11 +52,13 @@ class TransferCalls:
 
     # ---------------------------------------------------------------- send
 
-    def send(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None = None) -> SyscallGen:
-        """tcp_sendmsg_locked; ``data`` None is a buffer the kernel cannot read (EFAULT)."""
+    def send(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None = None,
+             regions: tuple[int, ...] = ()) -> SyscallGen:
+        """tcp_sendmsg_locked; ``data`` None is a buffer the kernel cannot read (EFAULT);
+        ``regions``: the lengths of its iovec (MSG_ZEROCOPY frags)."""
         notes = SendNotes(sock, flags)     # MSG_ZEROCOPY (timestamps are the core's)
         try:
-            return (yield from self._send_data(sock, data, flags, addr, notes))
+            return (yield from self._send_data(sock, data, flags, addr, notes, regions))
         finally:
             notes.finish(sock)
 
@@ -74,7 +77,7 @@ class TransferCalls:
         return len(data)
 
     def _send_data(self, sock: Sock, data: bytes | None, flags: int, addr: Expr | None,
-                   notes: SendNotes) -> SyscallGen:
+                   notes: SendNotes, regions: tuple[int, ...]) -> SyscallGen:
         if flags & S["MSG_PRELOAD"]:
             return self._send_preload(sock, data)
         more = bool(flags & S["MSG_MORE"])
@@ -108,7 +111,9 @@ class TransferCalls:
                     yield None
                     continue
                 asleep = -1
-            total += self._send_chunk(conn, data[total:], more, eor, nonblocking)
+            zerocopy = bool(flags & S["MSG_ZEROCOPY"]) and sock.options.zerocopy
+            total += self._send_chunk(conn, data[total:], more, eor, nonblocking, zerocopy,
+                                      regions_after(regions, total))
             if total >= len(data):
                 return total
             conn.note_nospace()  # tcp_sendmsg_locked wait_for_space: SOCK_NOSPACE
@@ -133,10 +138,12 @@ class TransferCalls:
             raise SysError(errno.EPIPE)
         return conn
 
-    def _send_chunk(self, conn: Connection, data: bytes, more: bool, eor: bool, nonblocking: bool) -> int:
+    def _send_chunk(self, conn: Connection, data: bytes, more: bool, eor: bool, nonblocking: bool,
+                    pinned: bool, regions: tuple[int, ...]) -> int:
         host = self.sys.host
         try:
-            n = conn.send(data, host.now(), more=more, eor=eor, tstamp=2 if nonblocking else 1)
+            n = conn.send(data, host.now(), more=more, eor=eor, pinned=pinned,
+                          tstamp=2 if nonblocking else 1, regions=regions)
         except OSError as exc:
             raise SysError(exc.errno or errno.EPIPE) from exc
         if n and not conn.is_synchronized:
@@ -208,7 +215,7 @@ class TransferCalls:
         parts = [user_buffer(base, ln) for base, ln in vec]
         data = None if None in parts else b"".join(p for p in parts if p is not None)
         addr = named["msg_name"].value if "msg_name" in named else None
-        return (yield from self.send(sock, data, value(args[2]), addr))
+        return (yield from self.send(sock, data, value(args[2]), addr, tuple(ln for _b, ln in vec)))
 
     def sys_writev(self, args: list[Expr]) -> SyscallGen:
         sock = self.sys.sock(args[0])
