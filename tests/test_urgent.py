@@ -40,11 +40,14 @@ def test_read_stops_at_the_mark_and_the_urgent_byte_is_out_of_band() -> None:
    +0 poll([{fd=4, events=POLLIN|POLLPRI, revents=POLLIN|POLLPRI}], 1, 0) = 1
    +0 recv(4, "\\x00", 100, MSG_OOB|MSG_PEEK) = 1
    +0 < P. 11:21(10) ack 1 win 257
+   +0 ioctl(4, SIOCATMARK, [0]) = 0
    +0 read(4, ..., 100) = 9
+   +0 ioctl(4, SIOCATMARK, [1]) = 0
    +0 ioctl(4, SIOCINQ, [11]) = 0
    +0 recv(4, ..., 100, MSG_OOB) = 1
    +0 recv(4, ..., 100, MSG_OOB) = -1 EINVAL (Invalid argument)
    +0 read(4, ..., 100) = 10
+   +0 ioctl(4, SIOCATMARK, [0]) = 0
    +0 read(4, ..., 100) = -1 EAGAIN (Resource temporarily unavailable)
 """))
 
@@ -70,14 +73,36 @@ def test_oobinline_keeps_the_byte_in_the_stream_but_reads_still_stop_at_the_mark
 """))
 
 
+def test_an_accepted_socket_inherits_oobinline() -> None:
+    """sk_clone_lock copies the listener's sock flags: SO_OOBINLINE holds on the child."""
+    listen = "   +0 listen(3, 1) = 0\n"
+    opening = OPEN.replace(listen, "   +0 setsockopt(3, SOL_SOCKET, SO_OOBINLINE, [1], 4) = 0\n" + listen)
+    assert opening != OPEN
+    res = run_script(parse_script(opening + """\
+   +0 getsockopt(4, SOL_SOCKET, SO_OOBINLINE, [1], [4]) = 0
+   +0 < U. 1:6(5) ack 1 win 257 urg 3
+   +0 read(4, ..., 100) = 2
+   +0 read(4, ..., 100) = 3
+""", path="<test>"))
+    _passes(res)
+
+
 def test_splice_stops_at_the_mark_and_moves_nothing_there() -> None:
-    """tcp_splice_read over __tcp_read_sock: up to the mark, then 0 (no loop) until it is read."""
+    """tcp_splice_read over __tcp_read_sock: up to the mark, then nothing while the mark is
+    held, even once MSG_OOB read the byte: EAGAIN if it may not wait, else 0 (no loop). This
+    machine's kernel does the same (os.splice over loopback: 99, EAGAIN, 0, then EAGAIN)."""
     _passes(_run("""\
    +0 pipe([5, 6]) = 0
    +0 < U. 1:101(100) ack 1 win 257 urg 50
    +0 splice(4, NULL, 6, NULL, 100, 0) = 49
+   +0 splice(4, NULL, 6, NULL, 100, 0) = -1 EAGAIN (Resource temporarily unavailable)
+   +0 fcntl(4, F_SETFL, O_RDWR) = 0
    +0 splice(4, NULL, 6, NULL, 100, 0) = 0
+   +0 recv(4, ..., 1, MSG_OOB) = 1
+   +0 splice(4, NULL, 6, NULL, 100, 0) = 0
+   +0 splice(4, NULL, 6, NULL, 100, SPLICE_F_NONBLOCK) = -1 EAGAIN (Resource temporarily unavailable)
    +0 read(4, ..., 100) = 50
+   +0 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0
    +0 splice(4, NULL, 6, NULL, 100, 0) = -1 EAGAIN (Resource temporarily unavailable)
 """))
 

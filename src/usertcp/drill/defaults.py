@@ -390,6 +390,7 @@ SYMBOLS: dict[str, int] = {
     "SHUT_RDWR": 2,
     # ioctls (asm-generic/ioctls.h, linux/sockios.h)
     "SIOCINQ": 0x541B,
+    "SIOCATMARK": 0x8905,
     "SIOCOUTQ": 0x5411,
     "SIOCOUTQNSD": 0x894B,
     "FIONREAD": 0x541B,

@@ -145,10 +145,9 @@ class FileCalls:
                 out.pipe.buf.append(data)
                 out.pipe.size += len(data)
                 return len(data)
-            if conn.readable_bytes:
-                # tcp_splice_read: data queued but none may move (no room in the pipe, or the
-                # urgent mark at the read head): 0, "we do not want to loop".
-                return 0
+            # tcp_splice_read when nothing moved: EOF, the error, EAGAIN if it may not wait,
+            # then 0 if data is queued that may not move (no room in the pipe, or the urgent
+            # mark at the read head: "we do not want to loop"), else wait.
             if conn.error:
                 from usertcp.api.sockopts import take_error
                 raise SysError(take_error(conn))
@@ -156,4 +155,6 @@ class FileCalls:
                 return 0
             if nonblocking:
                 raise SysError(errno.EAGAIN)
+            if conn.readable_bytes:
+                return 0
             yield None

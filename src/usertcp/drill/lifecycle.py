@@ -108,6 +108,7 @@ class LifecycleCalls:
                     conn=conn,
                     sock_state=SS_CONNECTED,   # inet_accept
                 )
+                sock.options.adopt_child(conn)   # sock flags such as SO_OOBINLINE
                 sys.last_sock = child
                 script_fd = sys.add_sock(child)
                 sys.host.on_accept(child)

@@ -111,12 +111,17 @@ class OptionCalls:
     def sys_ioctl(self, args: list[Expr]) -> SyscallGen:
         sock = self.sys.sock(args[0])
         req = value(args[1])
-        if req not in TCP_IOCTLS:
+        conn = sock.conn
+        if req == S["SIOCATMARK"]:
+            # tcp_ioctl: the read head is at the urgent mark (tcp/urgent.py).
+            actual = int(conn is not None and conn.rx.urgent.at_mark(conn))
+        elif req not in TCP_IOCTLS:
             raise Unsupported(f"ioctl request {req:#x} not emulated")
-        try:
-            actual = tcp_ioctl(sock.conn, req, listening=sock.listener is not None)
-        except OSError as exc:
-            raise SysError(exc.errno or errno.EINVAL) from exc
+        else:
+            try:
+                actual = tcp_ioctl(conn, req, listening=sock.listener is not None)
+            except OSError as exc:
+                raise SysError(exc.errno or errno.EINVAL) from exc
         if not ellipsis(args[2]):
             expected = value(args[2])
             if expected != actual:
