@@ -615,8 +615,10 @@ class Recovery:
             else None
         if ca_rtt is not None:
             # Linux tcp_clean_rtx_queue -> ca_ops->pkts_acked(ca_rtt_us), before cong_avoid.
-            c.cc.pkts_acked(max(ca_rtt, 1e-6), ack_off, max(c.snd_nxt, ack_off), now, c.tx.pacing_rate(),
-                            c.stack.gso_max_size, c.tx.pacer.paced)
+            cc = c.cc      # the pacing rate matters to HyStart only, in slow start
+            cc.pkts_acked(max(ca_rtt, 1e-6), ack_off, max(c.snd_nxt, ack_off), now,
+                          c.tx.pacing_rate() if cc.in_slow_start else 0, c.stack.gso_max_size,
+                          c.tx.pacer.paced)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
