@@ -82,12 +82,7 @@ def https_client_at_script_rtt(dev: TunDevice, rd: PacketReader, ns: str) -> Non
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import kernel_psh_probe as psh
 
-    connects = psh._kernel_connects
-    psh._kernel_connects = lambda *a, **kw: connects(*a, **{**kw, "rtt": 0.1})
-    try:
-        psh.https_client(dev, rd, ns)
-    finally:
-        psh._kernel_connects = connects
+    psh.https_client(dev, rd, ns, rtt=0.1)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 # defaults.sh settings the core does not expose as knobs because its behaviour already is the
-# Linux default they select (no FACK, RACK on, no AccECN option, no pacing, cubic...).  Accepted only with
+# Linux default they select (no FACK, RACK on, no pacing, cubic...).  Accepted only with
 # exactly the profile's value: any other value is a behaviour change we cannot model.
 # (tcp_tso_win_divisor is accepted with any value: it only tunes TSO deferral, which a stack
 # without TSO never does.)
@@ -60,7 +60,6 @@ PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
         "tcp_frto",
         "tcp_fack",
         "tcp_recovery",
-        "tcp_ecn_option",
         "tcp_pacing_ss_ratio",
         "tcp_pacing_ca_ratio",
     }

@@ -7,6 +7,7 @@ Linux sees the behaviour it expects. ``from_sysctls`` maps sysctl names onto fie
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from usertcp.tcp.hystart import CubicParams
@@ -25,6 +26,11 @@ DEFAULT_TFO_KEY = bytes(16)
 ECN_OFF = 0            # never request, never accept
 ECN_ON = 1             # request on active opens, accept on passive ones
 ECN_PASSIVE = 2        # accept when the peer requests (Linux's default)
+# Linux >= 6.18 (enum tcp_ecn_mode): Accurate ECN, RFC 9768. All three accept AccECN and
+# RFC 3168 ECN on passive opens; they differ in what an active open asks for.
+ECN_ACCECN = 3         # request AccECN
+ECN_ACCECN_IN_ECN_OUT = 4    # request RFC 3168 ECN
+ECN_ACCECN_IN_ONLY = 5       # request nothing
 
 
 @dataclass(slots=True)
@@ -62,7 +68,9 @@ class StackConfig:
     reordering: int = 3                   # tcp_reordering: DupThresh (RFC 5681/6675)
     rack: bool = True                     # tcp_recovery bit 0: RACK loss detection (RFC 8985)
     tlp: bool = True                      # tcp_early_retrans >= 3: tail loss probes (RFC 8985 §7)
-    ecn: int = ECN_PASSIVE                # tcp_ecn: 0 off, 1 request and accept, 2 accept only
+    ecn: int = ECN_PASSIVE                # tcp_ecn: 0 off, 1 request and accept, 2 accept only, 3-5 AccECN
+    ecn_option: int = 2                   # tcp_ecn_option: AccECN option 0 never, 1 minimum, 2 full
+    ecn_option_beacon: int = 3            # tcp_ecn_option_beacon: AccECN options per RTT at least
     ecn_fallback: bool = True             # tcp_ecn_fallback: a retransmitted SYN drops ECE|CWR
     fastopen: int = TFO_CLIENT_ENABLE     # tcp_fastopen bit mask
     fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
@@ -173,12 +181,10 @@ def parse_tfo_key(text: str) -> bytes:
 
 
 def _set_ecn(cfg: StackConfig, v: str) -> bool:
-    """tcp_ecn: 0-2 are RFC 3168 ECN; Linux >= 6.18 adds 3-5 (AccECN), which we do not model."""
+    """tcp_ecn: 0-2 are RFC 3168 ECN; Linux >= 6.18 adds 3-5 (AccECN, ``tcp/accecn.py``)."""
     n = _int(v)
     if not 0 <= n <= 5:
         raise ValueError(f"tcp_ecn must be 0..5, got {n}")   # Linux: EINVAL
-    if n > ECN_PASSIVE:
-        return False
     cfg.ecn = n
     return True
 
@@ -188,6 +194,14 @@ def _set_mtu_probing(cfg: StackConfig, v: str) -> None:
     if not 0 <= n <= 2:
         raise ValueError(f"tcp_mtu_probing must be 0..2, got {n}")   # Linux: proc_dointvec_minmax
     cfg.mtu_probing = n
+def _set_ranged(name: str, top: int) -> Callable[[StackConfig, str], None]:
+    """A u8 sysctl with Linux's proc_dou8vec_minmax range 0..top (EINVAL outside)."""
+    def setter(cfg: StackConfig, v: str) -> None:
+        n = _int(v)
+        if not 0 <= n <= top:
+            raise ValueError(f"{name} must be 0..{top}, got {n}")
+        setattr(cfg, name, n)
+    return setter
 
 
 def _set_cc(cfg: StackConfig, v: str) -> None:
@@ -216,6 +230,8 @@ _SYSCTLS = {
     "tcp_retries2": _set_int("retries2"),
     "tcp_ecn": _set_ecn,
     "tcp_ecn_fallback": _set_bool("ecn_fallback"),
+    "tcp_ecn_option": _set_ranged("ecn_option", 2),
+    "tcp_ecn_option_beacon": _set_ranged("ecn_option_beacon", 3),
     "tcp_fastopen": _set_int("fastopen"),
     "tcp_fastopen_key": _set_tfo_key,
     "tcp_fastopen_blackhole_timeout_sec":

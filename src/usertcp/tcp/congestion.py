@@ -201,6 +201,10 @@ class CongestionControl:
         """A loss found while an ECN reduction is under way: Linux keeps that reduction
         (tcp_enter_recovery skips tcp_init_cwnd_reduction in CWR); only DCTCP reacts."""
 
+    def on_delivered_ce(self, count: int) -> None:
+        """Accurate ECN (RFC 9768) reported ``count`` more CE-marked packets delivered (Linux
+        tcp_count_delivered_ce from tcp_accecn_process); called before ``on_ack_event``."""
+
     def on_ack_event(self, delivered: int, ece: bool, snd_una: int, snd_nxt: int) -> None:
         """Every ACK that advanced or SACKed data (Linux in_ack_event): ``delivered`` is the
         connection's running count of delivered packets (tp->delivered), ``ece`` whether the
@@ -645,6 +649,9 @@ class Dctcp(NewReno):
         self.old_delivered = 0
         self.old_delivered_ce = 0
         self.loss_cwnd = 0
+
+    def on_delivered_ce(self, count: int) -> None:
+        self.delivered_ce += count        # AccECN: the exact count (tp->delivered_ce)
 
     def on_ack_event(self, delivered: int, ece: bool, snd_una: int, snd_nxt: int) -> None:
         # Linux tcp_count_delivered: packets delivered by an ACK with ECE count as CE.
