@@ -42,8 +42,11 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 #   machine's kernel sends MSS 1460 as we do. It passes with --mtu=1500 (test_drill_mtu.py).
 # - socket_err, socket_wrong_err, packet-timeout: packetdrill's tests of its own error reporting;
 #   each fails by design (its "// Failure:" comment; upstream runs report them failed).
-# - https_client: the kernel this runs on (6.18, tools/kernel_psh_probe.py) does not set that PSH
-#   either: the script was recorded on an older kernel.
+# - cwnd-moderation-ecn-enter-cwr-no-moderation-700: expects cwnd 4 (PRR-CRB of kernels before 5.x);
+#   this machine's 6.18 enters CWR and gives cwnd 5, as we do (tools/kernel_cc_probe.py).
+# - mtu_probe/basic-v4@ipv6, basic-v6: their `ip route change` names a route to 192.0.2.1 (an IPv4
+#   peer) or to 2001:DB8::1 (packetdrill's built-in IPv6 peer); the runner's IPv6 peer is ksft's
+#   fd3d:fa7b:d17d::1, so the kernel would answer ENOENT, as the runner does.
 # - fr-4pkt-sack-bsd: a FreeBSD script (one MSS per packet); Linux on a TSO link sends two-segment
 #   packets, with PSH as 6.18 puts it on every multi-segment one (its twin fr-4pkt-sack-linux passes).
 # The corpus grew from 56 to 167 scripts (the whole upstream gtests/net/tcp tree plus packetdrill's
