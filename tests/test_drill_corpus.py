@@ -54,6 +54,11 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 #   (the 6000-byte rest of a 16000-byte skb, then 10 segments of the next, then TSO deferral):
 #   the layout before tcp_grow_skb (Linux 6.10) pulled the next skb in. This machine's kernel
 #   (6.18) sends 10001:20001 and 20001:30001, as we do (tools/kernel_psh_probe.py).
+# - cwnd-moderation-ecn-enter-cwr-no-moderation-700: expects cwnd 4 (PRR-CRB of kernels before 5.x);
+#   this machine's 6.18 enters CWR and gives cwnd 5, as we do (tools/kernel_cc_probe.py).
+# - mtu_probe/basic-v4@ipv6, basic-v6: their `ip route change` names a route to 192.0.2.1 (an IPv4
+#   peer) or to 2001:DB8::1 (packetdrill's built-in IPv6 peer); the runner's IPv6 peer is ksft's
+#   fd3d:fa7b:d17d::1, so the kernel would answer ENOENT, as the runner does.
 # The corpus grew from 56 to 167 scripts (the whole upstream gtests/net/tcp tree plus packetdrill's
 # own tests); the entries that came with it are the open fidelity work: the transmit path (skbs and
 # TSO, MSG_EOR, MSG_ZEROCOPY, SO_TIMESTAMPING, TCP_NOTSENT_LOWAT and epoll, sendfile/splice, MTU

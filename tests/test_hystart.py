@@ -84,6 +84,7 @@ def test_ack_train_detection_when_acks_keep_coming_past_half_the_delay() -> None
 
 def test_ack_train_threshold_is_not_halved_when_paced_and_widens_by_the_tso_cushion() -> None:
     assert hystart_ack_delay_us(0, 65536) == 0
+    assert hystart_ack_delay_us(10**9, 0) == hystart_ack_delay_us(10**9, 65536) == 262   # software GSO
     assert hystart_ack_delay_us(10**12, 65536) == 0              # tiny at a high rate
     assert hystart_ack_delay_us(1_000_000, 65536) == 1000        # capped at 1 ms
     cc = _linux_cubic(HYSTART_ACK_TRAIN)

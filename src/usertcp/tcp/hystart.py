@@ -130,12 +130,17 @@ class LinuxHystart:
         return self.found
 
 
+GSO_LEGACY_MAX_SIZE = 65536     # sk_gso_max_size of a TCP socket whose device has no TSO
+
+
 def hystart_ack_delay_us(pacing_rate: int, gso_max_size: int) -> int:
     """hystart_ack_delay(): time to send four GSO packets at the pacing rate, at most 1 ms
-    (0 with no rate)."""
+    (0 with no rate). TCP always has (software) GSO (sk_setup_caps forces NETIF_F_GSO), so a
+    link without offload (``gso_max_size`` <= 0) still counts 64 KiB packets."""
     if pacing_rate <= 0:
         return 0
-    return min(_USEC_PER_MSEC, gso_max_size * 4 * 1_000_000 // pacing_rate)
+    size = gso_max_size if gso_max_size > 0 else GSO_LEGACY_MAX_SIZE
+    return min(_USEC_PER_MSEC, size * 4 * 1_000_000 // pacing_rate)
 
 
 # RFC 9406 §4.3 constants.

@@ -221,6 +221,11 @@ class PathMtu:
         c.cc.add_packets(1)            # restores the reduction of tcp_mtu_probe
         return True
 
+    def abandon_probe(self) -> None:
+        """__tcp_retransmit_skb: any retransmission forgets the probe in flight (neither a
+        success nor a failure is counted for it)."""
+        self.probe_size = 0
+
     def black_hole(self, now: float) -> None:
         """tcp_timer.c tcp_mtu_probing(), after tcp_retries1 timeouts: start probing (mode 1),
         or halve the bottom of the search range, down to tcp_base_mss and the floors."""

@@ -437,6 +437,7 @@ class Output:
         c = self.conn
         rec = c.recovery
         tm = c.timers
+        c.path.abandon_probe()         # __tcp_retransmit_skb: a retransmission ends an MTU probe
         mss = c.mss
         limit = mss
         if room > mss:

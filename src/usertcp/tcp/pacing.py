@@ -44,12 +44,14 @@ class Pacer:
         """__tcp_transmit_skb: the packet leaves at max(wstamp, now); then
         tcp_update_skb_after_send() moves the clock on by its length at the pacing rate."""
         c = self.conn
-        if self.status == PACING_NONE and c.config.qdisc == "fq":
+        if self.status == PACING_NONE:
+            if c.config.qdisc != "fq":
+                return                        # unpaced: the clock starts with pacing
             self.status = PACING_FQ           # fq_classify marks the socket on its first packet
         prior = self.wstamp
         if self.wstamp < now:
             self.wstamp = now
-        if self.status == PACING_NONE or c.data_segs_out < _UNPACED_SEGS:
+        if c.data_segs_out < _UNPACED_SEGS:
             return
         rate = c.tx.pacing_rate()
         if rate <= 0 or rate >= _UNLIMITED:

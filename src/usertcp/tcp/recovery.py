@@ -604,18 +604,7 @@ class Recovery:
                 if r.tx_count == 1 and (r.end - r.start - 1) // mss > (r.end - ack_off - 1) // mss:
                     rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
             r.start = ack_off
-        # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
-        if ts_ecr > 0 and c.ts_ok:
-            c.ts_rtt_sample(ts_ecr, now)
-        elif rtt_sample is not None:
-            c.rtt.on_sample(max(rtt_sample, 1e-6))
-        c.path.on_ack(ack_off)            # tcp_clean_rtx_queue: tcp_mtup_probe_success
-        ca_rtt = rtt_sample if rtt_sample is not None else c.rtt.latest_rtt if ts_ecr > 0 and c.ts_ok \
-            else None
-        if ca_rtt is not None:
-            # Linux tcp_clean_rtx_queue -> ca_ops->pkts_acked(ca_rtt_us), before cong_avoid.
-            c.cc.pkts_acked(max(ca_rtt, 1e-6), ack_off, max(c.snd_nxt, ack_off), now, c.tx.pacing_rate(),
-                            max(c.stack.gso_max_size, 0), c.tx.pacer.paced)
+        self._rtt_samples(rtt_sample, ack_off, ts_ecr, now)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
@@ -645,6 +634,26 @@ class Recovery:
             tm.rto_deadline = now + c.rtt.timeout
         c.fin_acked(now)
         return acked
+
+    def _rtt_samples(self, rtt_sample: float | None, ack_off: int, ts_ecr: int, now: float) -> None:
+        """The end of Linux tcp_clean_rtx_queue: the RTT estimator's sample, an MTU probe's
+        success, and the controller's sample (ca_rtt_us: the latest-sent packet acked)."""
+        c = self.conn
+        # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
+        if ts_ecr > 0 and c.ts_ok:
+            c.ts_rtt_sample(ts_ecr, now)
+        elif rtt_sample is not None:
+            c.rtt.on_sample(max(rtt_sample, 1e-6))
+        c.path.on_ack(ack_off)            # tcp_mtup_probe_success
+        ca_rtt = rtt_sample if rtt_sample is not None else c.rtt.latest_rtt if ts_ecr > 0 and c.ts_ok \
+            else None
+        if ca_rtt is not None:
+            # ca_ops->pkts_acked(ca_rtt_us), before cong_avoid; the pacing rate matters to
+            # HyStart only, in slow start.
+            cc = c.cc
+            cc.pkts_acked(max(ca_rtt, 1e-6), ack_off, max(c.snd_nxt, ack_off), now,
+                          c.tx.pacing_rate() if cc.in_slow_start else 0, c.stack.gso_max_size,
+                          c.tx.pacer.paced)
 
     def mark_oversized_lost(self) -> bool:
         """Linux tcp_simple_retransmit after a path-MTU drop: every segment longer than the
