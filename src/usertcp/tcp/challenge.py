@@ -12,6 +12,9 @@ tcp_send_challenge_ack), so the count an attacker sees tells it nothing exact.
 from __future__ import annotations
 
 import random
+from collections.abc import MutableMapping
+
+from usertcp.tcp.states import State
 
 INT_MAX = (1 << 31) - 1      # tcp_challenge_ack_limit's default since Linux 6.0: no shared limit
 
@@ -40,3 +43,15 @@ class ChallengeAckBudget:
             return False
         self._left -= 1
         return True
+
+
+def count_syn_challenge(mib: MutableMapping[str, int], state: State, passive: bool) -> None:
+    """Linux tcp_validate_incoming's syn_challenge, before its challenge ACK: TCPSYNChallenge,
+    SKB_DROP_REASON_TCP_INVALID_SYN, and TcpInErrs on the established path (syn_inerr). A
+    passive SYN-RECEIVED child is a request sock in Linux (tcp_check_req): not counted."""
+    if passive and state is State.SYN_RECEIVED:
+        return
+    mib["TcpExtTCPSYNChallenge"] += 1
+    mib["SKB_DROP_REASON_TCP_INVALID_SYN"] += 1
+    if state is State.ESTABLISHED:
+        mib["TcpInErrs"] += 1

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from usertcp.native import mypyc_attr
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
+from usertcp.tcp.challenge import count_syn_challenge
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.errqueue import ErrorQueue
 from usertcp.tcp.handshake import Handshake
@@ -651,8 +652,7 @@ class Connection:
             self.tx.send_ack(now)
 
     def oow_ack_allowed(self, now: float) -> bool:
-        """May an out-of-window ACK go now (tcp_oow_rate_limited, for tcp/timewait.py)?"""
-        return self._oow_allowed(now)
+        return self._oow_allowed(now)      # tcp_oow_rate_limited, for tcp/timewait.py
 
     def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
         """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.
@@ -675,9 +675,7 @@ class Connection:
         if self.state is State.ESTABLISHED:
             self.mib["UsertcpSlowPathSegs"] += 1
         if not flags & (ACK | RST | SYN) and not (self.passive and self.state is State.SYN_RECEIVED):
-            # Linux tcp_rcv_established / tcp_rcv_state_process: none of ACK, RST and SYN
-            # (a bare FIN, data without ACK): dropped before any check, and unanswered.
-            self.mib["SKB_DROP_REASON_TCP_FLAGS"] += 1
+            self.mib["SKB_DROP_REASON_TCP_FLAGS"] += 1    # Linux tcp_rcv_established: unanswered
             return
         if self._before_sequence_check(seg, now) or self._sequence_step(seg, seg_off, now):
             return
@@ -714,14 +712,13 @@ class Connection:
         if self._acceptable(seg_off, seg_len, max(self.rcv_adv - self.rcv_nxt, 0)):
             return False
         mib = self.mib
-        # Linux tcp_sequence (RCV.NXT standing in for rcv_wup, the last window update).
-        mib["SKB_DROP_REASON_TCP_OLD_SEQUENCE" if seg_off + seg_len < self.rcv_nxt
-            else "SKB_DROP_REASON_TCP_INVALID_SEQUENCE"] += 1
+        old = seg_off + seg_len < self.rcv_nxt         # Linux tcp_sequence (RCV.NXT for rcv_wup)
+        mib["SKB_DROP_REASON_TCP_OLD_SEQUENCE" if old else "SKB_DROP_REASON_TCP_INVALID_SEQUENCE"] += 1
         if flags & RST:
             return True
-        if flags & SYN:
-            # tcp_validate_incoming: an out-of-window SYN is challenged like one in window.
-            self._syn_challenge(now)
+        if flags & SYN:         # tcp_validate_incoming: challenged out of the window too
+            count_syn_challenge(self.mib, st, self.passive)
+            self._challenge_ack(now)
             return True
         mib["UsertcpOutOfWindow"] += 1
         if seg_off < self.rcv_nxt and plen:
@@ -757,17 +754,7 @@ class Connection:
             self.tx.send_rst(now)
             self.close_now(now)
             return
-        self._syn_challenge(now)
-
-    def _syn_challenge(self, now: float) -> None:
-        """Linux tcp_validate_incoming's syn_challenge: counted (TCPSYNChallenge, TcpInErrs on
-        the established path, SKB_DROP_REASON_TCP_INVALID_SYN), then a challenge ACK."""
-        mib = self.mib
-        if not (self.passive and self.state is State.SYN_RECEIVED):
-            mib["TcpExtTCPSYNChallenge"] += 1
-            mib["SKB_DROP_REASON_TCP_INVALID_SYN"] += 1
-            if self.state is State.ESTABLISHED:
-                mib["TcpInErrs"] += 1
+        count_syn_challenge(self.mib, self.state, self.passive)
         self._challenge_ack(now)
 
     def _ack_step(self, seg: Segment, seg_off: int, now: float) -> bool:

@@ -24,23 +24,7 @@ from usertcp.tcp.seq import SEQ_MASK
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
-__all__ = ["adjust_rcv_ssthresh", "clamp_window", "prune_queue"]
-
-
-def clamp_window(conn: Connection) -> None:
-    """Linux tcp_clamp_window: the socket holds more than its buffer; the window offered
-    stops at two segments (rcv_ssthresh). (Linux also ends quick-ACK mode here, and may grow
-    sk_rcvbuf when memory is plentiful: neither is modelled.)"""
-    rx = conn.rx
-    clamp = rx.window_clamp or conn.rcv_ssthresh
-    conn.rcv_ssthresh = min(clamp, 2 * rx.advmss())
-
-
-def adjust_rcv_ssthresh(conn: Connection) -> None:
-    """Linux tcp_adjust_rcv_ssthresh, under memory pressure: the window offered stops growing
-    past four segments (also what __tcp_select_window does under pressure when less than
-    half the buffer is free)."""
-    conn.rcv_ssthresh = min(conn.rcv_ssthresh, 4 * conn.rx.advmss())
+__all__ = ["prune_queue"]
 
 
 def _fits(conn: Connection, cost: int, in_order: bool) -> bool:
@@ -58,9 +42,9 @@ def prune_queue(conn: Connection, payload: memoryview, seg_off: int) -> bool:
     mem = conn.stack.mem
     mib["TcpExtPruneCalled"] += 1
     if len(conn.rcv_buf) + conn.ooo.bytes_queued >= conn.rcvbuf_limit:
-        clamp_window(conn)
+        conn.rx.clamp_window()
     elif mem.under_pressure():
-        adjust_rcv_ssthresh(conn)
+        conn.rx.adjust_rcv_ssthresh()
     cost = truesize(payload)
     in_order = seg_off == conn.rcv_nxt
     if not conn.ooo.empty:

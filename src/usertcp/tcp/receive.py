@@ -362,6 +362,18 @@ class Receive:
         if c.rcv_ssthresh < limit and plen >= c.rcv_mss // 2:
             c.rcv_ssthresh = min(c.rcv_ssthresh + 2 * c.rcv_mss, limit)
 
+    def clamp_window(self) -> None:
+        """Linux tcp_clamp_window (tcp/prune.py): the socket holds more than its buffer; no
+        more quick ACKs, and the window offered stops at two segments."""
+        self.quickack = 0
+        self.conn.rcv_ssthresh = min(self.window_clamp or self.conn.rcv_ssthresh, 2 * self.advmss())
+
+    def adjust_rcv_ssthresh(self) -> None:
+        """Linux tcp_adjust_rcv_ssthresh under memory pressure (tcp_prune_queue, and
+        __tcp_select_window when less than half the buffer is free): the window offered stops
+        growing past four segments."""
+        self.conn.rcv_ssthresh = min(self.conn.rcv_ssthresh, 4 * self.advmss())
+
     def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
         """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
         c = self.conn
