@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.config import ECN_ON
+from usertcp.tcp.accecn import AccEcn as AccEcn  # the control block's type (Connection.accecn)
+from usertcp.tcp.accecn import accecn_for_active_open, accecn_for_syn, settle_accecn
+from usertcp.tcp.config import ECN_ACCECN_IN_ECN_OUT, ECN_ON
 from usertcp.tcp.congestion import congestion_needs_ecn
 from usertcp.tcp.recovery import ECN_OK, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
@@ -66,7 +68,10 @@ class Handshake:
         c.snd_max = 0
         # Linux tcp_ecn_send_syn: tcp_ecn=1 requests ECN on an active open, and so does a
         # congestion control that needs it (tcp_ca_needs_ecn: DCTCP).
-        c.ecn_flags = ECN_OK if c.config.ecn == ECN_ON or c.cc.needs_ecn else 0
+        # tcp_ecn=3 asks for AccECN instead (RFC 9768 §3.1.1), 4 for RFC 3168 ECN.
+        c.accecn = accecn_for_active_open(c.config)
+        wants = c.config.ecn in (ECN_ON, ECN_ACCECN_IN_ECN_OUT) or c.cc.needs_ecn
+        c.ecn_flags = ECN_OK if wants and c.accecn is None else 0
         c.set_state(State.SYN_SENT, now)
         c.timers.first_rto_time = now
         c.rx.init_window(True)          # tcp_select_initial_window (tcp/window.py)
@@ -106,6 +111,11 @@ class Handshake:
         c.rcv_nxt = 1
         c.rcv_adv = 1 + c.syn_window
         self.negotiate(seg, now)
+        if c.accecn is not None:
+            # RFC 9768 Table 2 (Linux tcp_ecn_rcv_synack / tcp_ecn_rcv_syn): AccECN, or a
+            # fallback to RFC 3168 or to no ECN.
+            c.accecn, rfc3168 = settle_accecn(c.accecn, seg)
+            c.ecn_flags = ECN_OK if rfc3168 else 0
         if c.ecn_flags & ECN_OK:
             # RFC 3168 §6.1.1: a SYN-ACK sets ECN up with ECE alone (ECE|CWR is not a setup:
             # Linux tcp_ecn_rcv_synack); a crossing SYN needs both (tcp_ecn_rcv_syn).
@@ -149,6 +159,8 @@ class Handshake:
             c.timers.delack_deadline = now + c.config.delack_max
         else:
             c.rx.ack_now = True            # RFC 9293: ACK the SYN-ACK at once
+            if c.accecn is not None:
+                c.accecn.reflect_on_next_ack()
 
     def _paws_active_rejected(self, seg: Segment, now: float) -> bool:
         """Linux tcp_rcv_synsent_state_process (RFC 7323 PAWS): a SYN-ACK's TSecr must lie
@@ -175,6 +187,9 @@ class Handshake:
         self.negotiate(seg, now)
         c.rx.init_window(c.ws_ok)
         c.ecn_flags = ECN_OK if ecn_syn_acceptable(seg, c.config) else 0
+        c.accecn = accecn_for_syn(seg, c.config)     # tcp_ecn 3..5 (tcp_ecn_create_request)
+        if c.accecn is not None:
+            c.ecn_flags = 0
         c.snd_wnd = seg.window          # RFC 7323 §2.2: the window in a SYN is not scaled
         c.max_snd_wnd = c.snd_wnd
         c.snd_wl1 = 0
@@ -245,7 +260,7 @@ class Handshake:
         c = self.conn
         plen = len(payload)
         if plen:
-            c.rcv_buf.append(payload)
+            c.rcv_buf.append(payload, c.stack.now)
             c.rcv_nxt += plen
             c.bytes_received += plen
             c.data_segs_in += 1
@@ -338,6 +353,9 @@ class Handshake:
         c.rtt.reset_backoff()
         c.syn_retries = 0
         c.set_state(State.ESTABLISHED, now)
+        if c.accecn is not None and c.passive:
+            c.accecn.third_ack(seg.flags, not len(seg.payload) and not seg.sack_blocks, seg.ecn,
+                               len(seg.payload), seg.accecn)
         if c.fin_received:
             # A fast-open SYN+FIN was taken at SYN time (tcp_fastopen_add_skb -> tcp_fin).
             c.set_state(State.CLOSE_WAIT, now)

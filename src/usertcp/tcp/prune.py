@@ -24,7 +24,23 @@ from usertcp.tcp.seq import SEQ_MASK
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
-__all__ = ["prune_queue"]
+__all__ = ["adjust_rcv_ssthresh", "clamp_window", "prune_queue"]
+
+
+def clamp_window(conn: Connection) -> None:
+    """Linux tcp_clamp_window: the socket holds more than its buffer; the window offered
+    stops at two segments (rcv_ssthresh). (Linux also ends quick-ACK mode here, and may grow
+    sk_rcvbuf when memory is plentiful: neither is modelled.)"""
+    rx = conn.rx
+    clamp = rx.window_clamp or conn.rcv_ssthresh
+    rx.set_rcv_ssthresh(min(clamp, 2 * rx.advmss()))
+
+
+def adjust_rcv_ssthresh(conn: Connection) -> None:
+    """Linux tcp_adjust_rcv_ssthresh, under memory pressure: the window offered stops growing
+    past four segments (also what __tcp_select_window does under pressure when less than
+    half the buffer is free)."""
+    conn.rx.set_rcv_ssthresh(min(conn.rcv_ssthresh, 4 * conn.rx.advmss()))
 
 
 def _fits(conn: Connection, cost: int, in_order: bool) -> bool:
@@ -42,9 +58,9 @@ def prune_queue(conn: Connection, payload: memoryview, seg_off: int) -> bool:
     mem = conn.stack.mem
     mib["TcpExtPruneCalled"] += 1
     if len(conn.rcv_buf) + conn.ooo.bytes_queued >= conn.rcvbuf_limit:
-        conn.rx.clamp_window()
+        clamp_window(conn)
     elif mem.under_pressure():
-        conn.rx.adjust_rcv_ssthresh()
+        adjust_rcv_ssthresh(conn)
     cost = truesize(payload)
     in_order = seg_off == conn.rcv_nxt
     if not conn.ooo.empty:

@@ -41,7 +41,8 @@ class Recovery:
     __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
                  "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
                  "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reord_seen",
-                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes")
+                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes",
+                 "delivered_ce")
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
@@ -68,6 +69,7 @@ class Recovery:
         self.rack_reord = False        # reordering seen (RACK.reord)
         self.reordering = reordering   # tp->reordering, in segments (tcpi_reordering)
         self.reord_seen = 0            # reordering events (tcpi_reord_seen)
+        self.delivered_ce = 0          # Linux tp->delivered_ce of RFC 3168 ECN (AccECN: tcp/accecn.py)
         self.reord_seen_in = -1        # segs_in of the ACK that counted the last one
 
     def trace_ca(self, old: int, trigger: str, now: float) -> None:
@@ -226,10 +228,12 @@ class Recovery:
         c = self.conn
         if r.tx_count > 1 and now - r.tx_time < (c.rtt.min_rtt or 0.0):
             return                      # the ACK may be for the original transmission
+        # RFC 8985 §6.2 step 2, Linux tcp_rack_advance(): RACK.rtt is the RTT of every
+        # delivered segment in turn, even one sent before RACK.xmit_ts.
+        self.rack_rtt = now - r.tx_time
         if r.tx_time > self.rack_xmit_ts or (r.tx_time == self.rack_xmit_ts and r.end > self.rack_end):
             self.rack_xmit_ts = r.tx_time
             self.rack_end = r.end
-            self.rack_rtt = now - r.tx_time
         if r.end < (self.rack_fack if fack < 0 else fack):
             if r.tx_count == 1:
                 # Delivered below what was already delivered, never retransmitted: reordering.
@@ -356,6 +360,11 @@ class Recovery:
         c = self.conn
         if self.ca_state in (CA_RECOVERY, CA_LOSS):
             return
+        if self.ca_state < CA_CWR and c.path.probe_lost(c.snd_una):
+            # Linux tcp_fastretrans_alert: a lost MTU probe is no congestion; resend its data
+            # in MSS pieces without reducing cwnd (tcp_simple_retransmit).
+            self.mark_oversized_lost()
+            return
         c.mib["TcpExtTCPSackRecovery" if c.sack_ok else "TcpExtTCPRenoRecovery"] += 1
         if self.ca_state != CA_CWR:
             # Linux tcp_enter_recovery: an ECN-triggered reduction already under way is the
@@ -405,7 +414,6 @@ class Recovery:
         """RFC 9293 §3.10.7.4 fifth step for an acceptable ACK (Linux tcp_ack): SACK blocks,
         the send window, then a cumulative advance or a duplicate ACK, and the recovery state."""
         c = self.conn
-        tm = c.timers
         prior_una = c.snd_una
         prior_in_flight = c.in_flight
         flags = seg.flags
@@ -413,12 +421,15 @@ class Recovery:
         win = seg.window << c.snd_wscale
         # Linux tcp_ecn_rcv_ecn_echo: the peer saw a CE mark (RFC 3168 §6.1.2).
         ece = bool(flags & ECE) and bool(c.ecn_flags & ECN_OK)
-        if flags & CWR:
+        prior_delivered = c.delivered_segs
+        if flags & CWR and c.accecn is None:
             # Linux tcp_ecn_accept_cwr (in tcp_ack, so a pure ACK's CWR counts too): the
             # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
             c.ecn_flags &= ~ECN_DEMAND_CWR
             if plen:
                 c.rx.ack_now = True
+        if c.errqueue is not None:
+            c.errqueue.ack_ttl = seg.ttl    # TCP_NLA_TTL of an ACK timestamp (tcp_ack_tstamp)
         sack_new = False
         sacked_before = self.sacked_bytes
         lost_before = self.lost_bytes
@@ -441,11 +452,20 @@ class Recovery:
                 # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
                 c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
                             app_limited=not c.cc.is_cwnd_limited())
+        if ece or c.accecn is not None:
+            ece = self._ecn_feedback(seg, ece, ack_off, prior_una, prior_delivered, sacked_before)
         if ack_off > prior_una or newly_sacked:
             # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
-            c.cc.on_ack_event(c.delivered_segs, ece, ack_off, c.snd_max)
+            c.cc.on_ack_event(c.delivered_segs, ece and c.accecn is None, ack_off, c.snd_max)
         if ece:
             self.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
+        self._after_ack(ack_off, prior_una, newly_sacked, lost_before, sack_new, seg, now)
+
+    def _after_ack(self, ack_off: int, prior_una: int, newly_sacked: int, lost_before: int,
+                   sack_new: bool, seg: Segment, now: float) -> None:
+        """The end of tcp_ack: the recovery state (tcp_fastretrans_alert), PRR, the pure-ACK
+        count and the loss probe timer."""
+        c = self.conn
         if c.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
             self.enter_recovery(now)
         elif c.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
@@ -453,11 +473,35 @@ class Recovery:
         if (self.ca_state == CA_RECOVERY and c.sack_ok) or self.ca_state == CA_CWR:
             self.prr(self.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
                      una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
-        if not plen and ack_off >= prior_una and flags == ACK:
+        if not seg.payload and ack_off >= prior_una and seg.flags == ACK:
             c.mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
-            tm.tlp_deadline = INF
-            tm.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+            c.timers.tlp_deadline = INF
+            c.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+
+    def _ecn_feedback(self, seg: Segment, ece: bool, ack_off: int, prior_una: int, prior_delivered: int,
+                      sacked_before: int) -> bool:
+        """Is this ACK an ECN echo? RFC 3168: its ECE, and the packets it delivered count as
+        CE-marked (Linux tcp_count_delivered). Accurate ECN (RFC 9768 §3.2.2): first the
+        segment's own IP-ECN field is counted (tcp_ecn_received_counters, ACKed at once when it
+        changed; the handshake's last ACK was counted by the handshake), then the change of
+        its ACE field gives the CE packets delivered (tcp_accecn_process: FLAG_ECE)."""
+        c = self.conn
+        delivered = c.delivered_segs - prior_delivered
+        acc = c.accecn
+        if acc is None:
+            self.delivered_ce += delivered
+            return ece
+        if prior_una and acc.on_segment(seg):
+            c.rx.ack_now = True
+        sacked = self.sacked_bytes - sacked_before       # SACKed, less what SND.UNA now covers
+        acked = max(ack_off - prior_una, 0)
+        ce = acc.process_ack((seg.flags >> 6) & 7, seg.accecn, delivered, acked + sacked,
+                             acked > 0 or sacked > 0, prior_una == 0 < ack_off,
+                             c.sack_ok or self.ca_state in (CA_OPEN, CA_CWR), c.mss, c.snd_max)
+        if ce:
+            c.cc.on_delivered_ce(ce)
+        return ce > 0
 
     def _cumulative_ack(self, ack_off: int, seg: Segment, ece: bool, newly_sacked: int,
                         prior_in_flight: int, now: float) -> None:
@@ -556,23 +600,33 @@ class Recovery:
                     self.lost_bytes -= cut
                 if r.retrans:
                     self.retrans_bytes -= cut
+                mss = max(c.mss, 1)
+                if r.tx_count == 1 and (r.end - r.start - 1) // mss > (r.end - ack_off - 1) // mss:
+                    rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
             r.start = ack_off
         # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
         if ts_ecr > 0 and c.ts_ok:
             c.ts_rtt_sample(ts_ecr, now)
         elif rtt_sample is not None:
             c.rtt.on_sample(max(rtt_sample, 1e-6))
+        c.path.on_ack(ack_off)            # tcp_clean_rtx_queue: tcp_mtup_probe_success
+        ca_rtt = rtt_sample if rtt_sample is not None else c.rtt.latest_rtt if ts_ecr > 0 and c.ts_ok \
+            else None
+        if ca_rtt is not None:
+            # Linux tcp_clean_rtx_queue -> ca_ops->pkts_acked(ca_rtt_us), before cong_avoid.
+            c.cc.pkts_acked(max(ca_rtt, 1e-6), ack_off, max(c.snd_nxt, ack_off), now, c.tx.pacing_rate(),
+                            max(c.stack.gso_max_size, 0), c.tx.pacer.paced)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
             c.snd_buf.release(data_end)
-        if c.errqueue is not None:
-            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.snd_una = ack_off
         if c.snd_nxt < ack_off:
             c.snd_nxt = ack_off
         if ack_off > c.snd_max:
             c.snd_max = ack_off
+        if c.errqueue is not None:
+            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.bytes_acked += acked
         c.delivered += acked
         if tm.tlp_high >= 0 and ack_off >= tm.tlp_high:
@@ -602,10 +656,17 @@ class Recovery:
             if not r.sacked and r.end - r.start - (1 if r.fin else 0) > c.mss:
                 self.mark_lost(r)
                 marked = True
-        if marked and self.ca_state != CA_LOSS:
-            self.ca_state = CA_LOSS
-            self.recover = c.snd_max
+        if marked:
+            self.non_congestion_loss()
         return marked
+
+    def non_congestion_loss(self) -> None:
+        """Linux tcp_non_congestion_loss_retransmit: what is marked lost goes out again in the
+        Loss state (recovery ends at today's SND.MAX), with no congestion response; the caller's
+        next output sends it (tcp_xmit_retransmit_queue)."""
+        if self.ca_state != CA_LOSS:
+            self.ca_state = CA_LOSS
+            self.recover = self.conn.snd_max
 
     @property
     def ack_state_plain(self) -> bool:

@@ -7,15 +7,6 @@ head for each block is what made crafted SACKs a CPU denial of service (CVE-2019
 CVE-2019-5599). Here the records sit in a list ordered by offset, found by bisection over
 their end offsets; acknowledged records leave from the head without moving the rest.
 
-A SACK block (``sack_range``, Linux tcp_sacktag_walk) starts at the first record it touches,
-found by bisection. A record the block covers only in part is cut at the block's edges, on
-whole-MSS boundaries only (tcp_match_skb_to_sack: a partial SACK of a one-MSS record marks
-nothing), unless tcp_fragment's memory check refuses it (CVE-2019-11478): then the block
-ends. Each newly SACKed record is counted by the caller, then folded into SACKed neighbours
-it touches (tcp_shifted_skb), so that a SACKed range is one record and a block repeated in
-later ACKs costs a lookup, not a walk. This is the per-block work a hostile peer controls, so
-it runs on the list itself, without per-record method calls.
-
 Beside the offset order, the records still waiting for RACK (RFC 8985) are linked in the
 order they were last sent, as Linux's ``tsorted_sent_queue``: a SACKed record, or one RACK
 marked lost, leaves that list; a retransmitted one moves to its tail. RACK then walks only
@@ -210,83 +201,108 @@ class RtxQueue:
         self.insert(index + 1, tail)
         return tail
 
+    # The per-block work a hostile peer controls (CVE-2019-11477/11478, CVE-2019-5599), so it
+    # runs on the list itself, without per-record method calls. The first record the block
+    # touches is found by bisection (tcp_sacktag_bsearch). A record the block covers only in
+    # part is cut at the block's edges, on whole-MSS boundaries only (tcp_match_skb_to_sack: a
+    # partial SACK of a one-MSS record marks nothing), unless tcp_fragment's memory check
+    # (split_refused, ``snd_buf``'s sk_wmem_queued against ``sndbuf``) refuses it: then
+    # ``refused`` counts it and the block ends. The send buffer's skb is cut there too. ``tag``
+    # counts each newly SACKed record, which is then folded into SACKed neighbours it touches
+    # (tcp_shifted_skb), so that a SACKed range is one record and a block repeated in later
+    # ACKs costs a lookup, not a walk.
     def sack_range(self, left: int, right: int, mss: int, snd_buf: SendBuffer, sndbuf: int,
                    refused: Callable[[], None], tag: Callable[[SentSegment, float], None],
                    now: float) -> float:
-        """Mark the offsets [left, right) of one SACK block (Linux tcp_sacktag_walk, see the
-        module docstring). Returns -1.0 if no record was newly SACKed, else the send time of
-        the first one never retransmitted (tcp_sacktag_one's first_sackt), or -2.0."""
+        """Mark [left, right) of one SACK block (Linux tcp_sacktag_walk). Returns -1.0 if no
+        record was newly SACKed, else the send time of the first newly SACKed one never
+        retransmitted (tcp_sacktag_one's first_sackt), or -2.0 if each was retransmitted.
+        The comment above says how it bounds a hostile peer's work."""
         segs = self._segs
         head = self._head
         n = len(segs)
-        i = bisect_right(segs, left, head, n, key=_END)      # tcp_sacktag_bsearch
+        i = bisect_right(segs, left, head, n, key=_END)
         new = -1.0
-        limit = 2 * (sndbuf + FRAGMENT_ALLOWANCE) + 2         # see _cut
+        # tcp_fragment's check needs sk_wmem_queued only once it may be near the limit: each
+        # cut adds at most one skb's overhead to it, so an upper bound spares the exact sum.
+        # Refused when (wmem >> 1) > sndbuf + allowance, that is wmem >= limit.
+        limit = 2 * (sndbuf + FRAGMENT_ALLOWANCE) + 2
         wmem = snd_buf.wmem_queued
         while i < n:
             r = segs[i]
             start = r.start
             if start >= right:
                 break
-            end = r.end
-            if r.sacked or ((start < left or end > right) and end - start <= mss):
+            if r.sacked:
                 i += 1
                 continue
+            end = r.end
             if start < left or end > right:
-                # Whole pieces only (tcp_match_skb_to_sack): [a, b) is the block rounded in to
-                # MSS boundaries from the record's start; its own end counts as one.
+                if end - start <= mss:
+                    i += 1
+                    continue
+                # Whole pieces only: [a, b) is left rounded up, right rounded down to an MSS
+                # boundary from the record's start (the record's own end counts as one).
                 a = start if left <= start else start - (start - left) // mss * mss
                 b = end if right >= end else start + (right - start) // mss * mss
                 if a >= b:
                     i += 1
                     continue
                 if a > start:
-                    wmem = self._cut(i, a, snd_buf, wmem, limit, refused)
+                    wmem = self._cut(i, a, wmem, limit, snd_buf, refused)
                     if wmem < 0:
                         break
+                    n += 1
                     i += 1
                     r = segs[i]
                 if b < end:
-                    wmem = self._cut(i, b, snd_buf, wmem, limit, refused)
+                    wmem = self._cut(i, b, wmem, limit, snd_buf, refused)
                     if wmem < 0:
                         break
-                n = len(segs)
+                    n += 1
             tag(r, now)
             if new < 0.0:
                 new = r.tx_time if r.tx_count == 1 else -2.0
-            self.unlink_sent(r)
-            if i + 1 < n:                     # fold into SACKed neighbours (tcp_shifted_skb)
-                nxt = segs[i + 1]
-                if nxt.sacked and nxt.start == r.end:
-                    r.end, r.fin = nxt.end, nxt.fin
-                    del segs[i + 1]
-                    n -= 1
-            if i > head:
-                prev = segs[i - 1]
-                if prev.sacked and prev.end == r.start:
-                    prev.end, prev.fin = r.end, r.fin
-                    del segs[i]
-                    n -= 1
-                    continue                  # segs[i] is now the record after it
-            i += 1
+            self.unlink_sent(r)            # no longer waiting for RACK
+            i = self._fold_sacked(i, r)
+            n = len(segs)
         return new
 
-    def _cut(self, i: int, at: int, snd_buf: SendBuffer, wmem: int, limit: int,
-             refused: Callable[[], None]) -> int:
-        """Linux tcp_fragment for SACK: cut the record at list position ``i`` and the send
-        buffer's skb at offset ``at``; the tail follows the record in both orders. Refused
-        (-1, ``refused`` counts it) while (sk_wmem_queued >> 1) > sk_sndbuf + the allowance,
-        i.e. ``wmem >= limit``, except for the first and last records (split_refused).
-        ``wmem`` is an upper bound of
-        sk_wmem_queued (each cut adds at most one skb's overhead), so the exact sum is only
-        taken near the limit; the new bound is returned."""
+    def _fold_sacked(self, i: int, r: SentSegment) -> int:
+        """Fold the newly SACKed record ``r`` at position ``i`` into SACKed neighbours it
+        touches (tcp_shifted_skb); the position of the record after it."""
         segs = self._segs
-        if wmem >= limit and self._head < i < len(segs) - 1:
+        if i + 1 < len(segs):
+            nxt = segs[i + 1]
+            if nxt.sacked and nxt.start == r.end:
+                r.end, r.fin = nxt.end, nxt.fin
+                del segs[i + 1]
+        if i > self._head:
+            prev = segs[i - 1]
+            if prev.sacked and prev.end == r.start:
+                prev.end, prev.fin = r.end, r.fin
+                del segs[i]
+                return i                   # segs[i] is now the record after it
+        return i + 1
+
+    def _cut(self, i: int, at: int, wmem: int, limit: int, snd_buf: SendBuffer,
+             refused: Callable[[], None]) -> int:
+        """Cut record ``i`` and its skb at ``at`` for a SACK block; the send queue's memory
+        after it, or -1 if tcp_fragment's check refuses the cut (``refused`` counts it). Only
+        records between the first and the last are refused, as split_refused does."""
+        if wmem >= limit and self._head < i < len(self._segs) - 1:
             wmem = snd_buf.wmem_queued
             if wmem >= limit:
                 refused()
                 return -1
-        snd_buf.split(at - 1)                 # offset 1 is data byte 0
+        snd_buf.split(at - 1)           # offset 1 is data byte 0
+        self._split_at(i, at)
+        return wmem + SKB_TRUESIZE_OVERHEAD
+
+    def _split_at(self, i: int, at: int) -> None:
+        """Cut the record at list position ``i`` at offset ``at``; the tail follows it in
+        both orders (sent with it). SentSegment.split and _link_after, inlined."""
+        segs = self._segs
         r = segs[i]
         tail = SentSegment(at, r.end, r.fin, r.tx_time)
         tail.tx_count = r.tx_count
@@ -305,7 +321,6 @@ class RtxQueue:
                 self.sent_last = tail
             else:
                 nxt.sent_prev = tail
-        return wmem + SKB_TRUESIZE_OVERHEAD
 
     def first_lost(self, hint: int) -> tuple[int, int]:
         """Position of the first record at or after offset ``hint`` that is lost and neither

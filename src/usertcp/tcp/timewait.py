@@ -40,8 +40,8 @@ def timewait_arrives(conn: Connection, seg: Segment, now: float) -> None:
             conn.close_now(now)
             return
         conn.timers.time_wait_deadline = now + conn.config.time_wait
-        if conn.ts_ok:
-            conn.rx.fast_ts_recent(seg.ts_val, now)    # tw_ts_recent
+        if has_ts and conn.ts_ok:
+            conn.rx.store_ts_recent(seg.ts_val, now)
         return
     if flags & SYN and not flags & (RST | ACK) and not paws_reject \
             and conn.stack.time_wait_reuse(conn, seg, now):
