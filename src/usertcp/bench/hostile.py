@@ -7,7 +7,10 @@ delivered: ordinary cumulative ACKs; the ACKs of an honest receiver that lost th
 piece (one SACK block growing); or attack ACKs (four crafted blocks: new single pieces that
 cut records, the same large blocks again, or both). Only ``Stack.receive`` is timed, in
 thread CPU time, including what each ACK clocks out; cost per ACK and attack over the
-honest kinds, per N.
+honest kinds, per N. With ``-o instructions=True`` each kind also runs once under
+``valgrind --tool=callgrind``, which counts the instructions of feeding the ACKs only (the
+feed runs inside a libc qsort comparison, the one stretch callgrind collects): a ratio that
+does not depend on the machine's load, and the one the goal is judged by.
 (2) Availability: one server stack (echo, and a bulk source for the SACK attacker) with a
 bounded input queue (drop-tail, a NIC ring); legitimate clients on another stack, four at a
 time, each connect, send 1 KiB, read its echo and close, for a fixed span. Time is the
