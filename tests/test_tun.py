@@ -117,6 +117,57 @@ def test_software_checksum_completion(parts: list[bytes]) -> None:
     assert tcp_checksum_ok(done.tobytes())
 
 
+def _pair_device(offload: bool) -> tuple[TunDevice, socket.socket]:
+    """A TunDevice over one end of an AF_UNIX datagram pair (one packet per datagram, as TUN)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.setblocking(False)
+    dev = TunDevice("pair0", ours.detach(), offload=offload, multi_queue=False, persistent=False, netns=None)
+    return dev, theirs
+
+
+def test_read_segments_passes_the_gro_segment_size() -> None:
+    dev, peer = _pair_device(offload=True)
+    try:
+        hdr, payload = build_tcp(PEER, US, 1, 2, 0, 0, TCP_ACK, payload=bytes(2896))
+        peer.send(VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_TCPV4, 40, 1448, 20, 16)
+                  + hdr + payload)
+        peer.send(VNET_HDR.pack(0, VIRTIO_NET_HDR_GSO_NONE, 0, 0, 0, 0) + hdr + payload)
+        (big, verified, gso), (plain, plain_verified, plain_gso) = dev.read_segments()
+        assert bytes(big) == hdr + payload and verified and gso == 1448
+        assert bytes(plain) == hdr + payload and not plain_verified and plain_gso == 0
+        assert dev.stats["rx_gso"] == 1 and dev.stats["rx_packets"] == 2
+        assert dev.read_segments() == []
+    finally:
+        dev.close()
+        peer.close()
+
+
+@pytest.mark.parametrize("offload", [False, True], ids=["plain", "offload"])
+def test_write_packets_goes_on_past_a_refused_packet(offload: bool) -> None:
+    """One gather write per packet; a packet the device cannot take is counted, the rest go."""
+    dev, peer = _pair_device(offload)
+    try:
+        ack, _ = build_tcp(US, PEER, 1, 2, 0, 0, TCP_ACK, partial=True)
+        hdr, payload = build_tcp(US, PEER, 1, 2, 0, 0, TCP_ACK, payload=bytes(4000), partial=True)
+        gso = TxPacket(hdr, [payload[:1000], payload[1000:]], gso_size=1448, csum_partial=True)
+        sent, nbytes, errors = dev.write_packets([TxPacket(ack, csum_partial=True), gso, TxPacket(ack)])
+        got = [peer.recv(70000) for _ in range(sent)]
+        if offload:
+            assert (sent, errors) == (3, [])
+            assert VNET_HDR.unpack(got[0][:10]) == (VIRTIO_NET_HDR_F_NEEDS_CSUM, 0, 0, 0, 20, 16)
+            assert VNET_HDR.unpack(got[1][:10])[1:4] == (VIRTIO_NET_HDR_GSO_TCPV4, 40, 1448)
+            assert got[1][10:] == hdr + payload and got[2] == bytes(10) + ack
+            assert dev.stats["tx_gso"] == 1
+        else:
+            assert sent == 2 and len(errors) == 1 and isinstance(errors[0], ValueError)
+            assert tcp_checksum_ok(got[0]) and got[1] == ack    # the checksum finished in software
+        assert nbytes == sum(len(g) for g in got) - sent * dev.vnet_hdr_len
+        assert dev.stats["tx_packets"] == sent and dev.stats["tx_bytes"] == nbytes
+    finally:
+        dev.close()
+        peer.close()
+
+
 # -- kernel over TUN ------------------------------------------------------------------------------
 
 

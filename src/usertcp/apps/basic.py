@@ -15,7 +15,9 @@ only the stack's own per-packet work.
 * ``source``: sends ``source_bytes`` of the deterministic :func:`pattern` stream on
   accept, then closes (FIN); what the client sends is read and hashed.
 
-Every connection produces one :class:`ConnReport` (bytes and SHA-256 each way) at close.
+Every connection produces one :class:`ConnReport` (bytes and SHA-256 each way) at close;
+``tx_digest=False`` leaves the sent side's SHA-256 empty (a benchmark whose reference sender
+does not hash what it sends: the receiver checks the bytes).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class BasicServer:
 
     def __init__(self, app: str, listener: Listener, now: Callable[[], float], *, source_bytes: int = 0,
                  on_report: Callable[[ConnReport], None] | None = None,
-                 backlog_limit: int = ECHO_BACKLOG_TOTAL) -> None:
+                 backlog_limit: int = ECHO_BACKLOG_TOTAL, tx_digest: bool = True) -> None:
         if app not in APPS:
             raise ValueError(f"unknown app {app!r}; one of {', '.join(APPS)}")
         self.app = app
@@ -128,6 +130,7 @@ class BasicServer:
         self.now = now
         self.source_bytes = source_bytes
         self.on_report = on_report
+        self.tx_digest = tx_digest
         self.sessions: dict[Connection, _Session] = {}
         self.reports: list[ConnReport] = []
         self.stats = {"accepted": 0, "closed": 0, "rx_bytes": 0, "tx_bytes": 0,
@@ -220,10 +223,13 @@ class BasicServer:
                 self.stats["echo_backlog"] -= len(v)
         if not views:
             return
+        n = 0
         for v in views:
-            s.tx_hash.update(v)
-            s.tx_bytes += len(v)
-            self.stats["tx_bytes"] += len(v)
+            if self.tx_digest:
+                s.tx_hash.update(v)
+            n += len(v)
+        s.tx_bytes += n
+        self.stats["tx_bytes"] += n
         conn.send_views(views, self.now())
         if self._paused:
             self._wake_paused()         # after this echo is queued, never inside it
@@ -262,7 +268,7 @@ class BasicServer:
         self._wake_paused()
         r = s.report
         r.rx_bytes, r.rx_sha256 = s.rx_bytes, s.rx_hash.hexdigest()
-        r.tx_bytes, r.tx_sha256 = s.tx_bytes, s.tx_hash.hexdigest()
+        r.tx_bytes, r.tx_sha256 = s.tx_bytes, s.tx_hash.hexdigest() if self.tx_digest else ""
         r.error = conn.error
         r.state = conn.state.name
         r.duration = time.monotonic() - r.started

@@ -97,6 +97,7 @@ class ServeOptions:
     app: str
     port: int
     source_bytes: int = 0
+    tx_digest: bool = True
     preload: bytes | None = None
     fastopen: bool = False
     fastopen_no_cookie: bool = False
@@ -132,6 +133,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "source 19, smtp 25, cache 11211)")
     parser.add_argument("--bytes", type=parse_size, default=1 << 20, metavar="N",
                         help="source: bytes sent on each connection (default 1 MiB)")
+    parser.add_argument("--tx-digest", action=argparse.BooleanOptionalAction, default=True,
+                        help="basic apps: SHA-256 of what is sent, in --report (default on; "
+                             "usertcp bench tun turns it off, as its kernel sender hashes nothing)")
     parser.add_argument("--preload", metavar="TEXT",
                         help="listener preload (MSG_PRELOAD): bytes the stack sends on every connection "
                              "before the app reads (\\r\\n escapes allowed, sent as given); with --app smtp "
@@ -186,7 +190,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
             preload = greeting_line(preload)
     return ServeOptions(
         tun=args.tun, addresses=addresses, peer_addresses=peers, app=args.app,
-        port=args.port or DEFAULT_PORTS[args.app], source_bytes=args.bytes, preload=preload,
+        port=args.port or DEFAULT_PORTS[args.app], source_bytes=args.bytes, tx_digest=args.tx_digest,
+        preload=preload,
         fastopen=args.fastopen or args.fastopen_no_cookie, fastopen_no_cookie=args.fastopen_no_cookie,
         md5_keys=keys, pcap=args.pcap, offload=args.offload, mtu=args.mtu, rcvbuf=args.rcvbuf,
         sndbuf=args.sndbuf, impair=parse_impair(args.impair) if args.impair else None, report=args.report,
@@ -263,7 +268,7 @@ class QueueServer:
                 # TSval go backwards and Linux would drop segments (PAWS, TcpExtPAWSEstab).
                 stack = self.stack
                 self.basic = BasicServer(opts.app, lst, lambda: stack.now, source_bytes=opts.source_bytes,
-                                         on_report=self._write_report)
+                                         on_report=self._write_report, tx_digest=opts.tx_digest)
         elif opts.app == "smtp":
             try:
                 from usertcp.api.sockets import Host

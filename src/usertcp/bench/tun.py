@@ -6,7 +6,8 @@ subprocess in a fresh namespace and a kernel client in the same namespace moves
 ``size`` bytes of the :func:`usertcp.apps.basic.pattern` stream:
 
 * ``rx``: kernel -> usertcp (the ``discard`` app, which hashes what it reads);
-* ``tx``: usertcp -> kernel (the ``source`` app; the client hashes and checks).
+* ``tx``: usertcp -> kernel (the ``source`` app, which does not hash what it sends, as the
+  kernel reference sender does not; the client hashes and checks).
 
 The reference is kernel -> kernel over a veth pair between two namespaces, same size,
 same client code; ``ratio_*`` is usertcp's rate over that. A second receive run with
@@ -228,7 +229,9 @@ def _usertcp_run(size: int, offload: bool, direction: str, tmp: Path, *, profile
             reps = [json.loads(line) for line in report.read_text().splitlines()]
             ok = len(reps) == flows and all(r["rx_sha256"] == pattern_sha256(size) for r in reps)
         else:
-            srv = ServeProcess(ns, "--app", "source", "--bytes", str(size), *args, pure=pure)
+            # --no-tx-digest: the kernel reference sender hashes nothing; the client checks the bytes.
+            srv = ServeProcess(ns, "--app", "source", "--bytes", str(size), "--no-tx-digest", *args,
+                               pure=pure)
             try:
                 n, digest, dt = netns.call_in_namespace(ns, _recv, US, 19)
             finally:
