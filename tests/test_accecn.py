@@ -377,3 +377,23 @@ def test_rfc3168_delivered_ce_counts_packets_acked_with_ece() -> None:
     assert ece_acks and tcp_info(c)["tcpi_delivered_ce"] >= len(ece_acks)
     c0, _s0, _ = _open(StackConfig(ecn=0), StackConfig(ecn=0), link, size=50_000)
     assert tcp_info(c0)["tcpi_delivered_ce"] == 0
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(1, 10_000), st.sampled_from([0, 1, 2]), st.integers(3, 30))
+def test_ce_counts_survive_wraps_on_a_marking_link(seed: int, option: int, ramp_top: int) -> None:
+    """End to end on the in-memory network, a ramp-marking queue (many marks: the 3-bit ACE
+    field wraps again and again): the sender's s.cep equals the receiver's r.cep equals the
+    marks the link made, with or without the option; with it, the CE bytes agree too."""
+    link = LinkConfig(delay=0.002, bandwidth_bps=50e6, queue_limit=100, ecn_ramp=(1, ramp_top))
+    cfg = StackConfig(ecn=3, ecn_option=option)
+    pair = make_pair(link, seed=seed, cfg_a=cfg, cfg_b=cfg)
+    c, s = pair.open()
+    data = random.Random(seed).randbytes(150_000)
+    assert transfer(pair, c, s, data, close=False) == data
+    pair.driver.run_for(1.0)
+    ci, si = tcp_info(c), tcp_info(s)
+    assert si["tcpi_received_ce"] == pair.link.ab.stats.ce_marked == ci["tcpi_delivered_ce"]
+    if option:
+        assert si["tcpi_received_ce_bytes"] == ci["tcpi_delivered_ce_bytes"]
+    check_invariants(pair.a)
