@@ -11,7 +11,7 @@ ssthresh at the points the caller reports.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from usertcp.tcp.config import StackConfig
 
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 # "Arbitrarily high" initial ssthresh (RFC 5681 §3.1); Linux TCP_INFINITE_SSTHRESH role.
-INFINITE_SSTHRESH = 1 << 62
+INFINITE_SSTHRESH: Final = 1 << 62
 
 
 class CongestionControl:
@@ -358,12 +358,12 @@ class Cubic(CongestionControl):
 
 
 # Linux tcp_cubic.c constants: beta 717/1024, bic_scale 41 (C = 0.4), BICTCP_HZ 10, HZ 1000.
-_BETA = 717
-_BETA_SCALE = 1024
-_CUBE_RTT_SCALE = 41 * 10
-_CUBE_FACTOR = (1 << 40) // _CUBE_RTT_SCALE
-_FRIENDLY_SCALE = 8 * (_BETA_SCALE + _BETA) // 3 // (_BETA_SCALE - _BETA)   # beta_scale = 15
-_HZ = 1000
+_BETA: Final = 717
+_BETA_SCALE: Final = 1024
+_CUBE_RTT_SCALE: Final = 41 * 10
+_CUBE_FACTOR: Final = (1 << 40) // _CUBE_RTT_SCALE
+_FRIENDLY_SCALE: Final = 8 * (_BETA_SCALE + _BETA) // 3 // (_BETA_SCALE - _BETA)   # beta_scale = 15
+_HZ: Final = 1000
 
 
 def _icbrt(a: int) -> int:
@@ -524,7 +524,7 @@ class LinuxCubic(CongestionControl):
         return info
 
 
-DCTCP_MAX_ALPHA = 1024       # Linux tcp_dctcp.c: alpha is a fraction scaled by 1024
+DCTCP_MAX_ALPHA: Final = 1024       # Linux tcp_dctcp.c: alpha is a fraction scaled by 1024
 
 
 class Dctcp(NewReno):
@@ -618,7 +618,7 @@ class Dctcp(NewReno):
         return info
 
 
-AVAILABLE = ("reno", "cubic", "dctcp")
+AVAILABLE: Final = ("reno", "cubic", "dctcp")
 # "cubic" is Linux's integer CUBIC; "cubic-rfc9438" the RFC's real-valued one.
 _ALIASES: dict[str, type[CongestionControl]] = {
     "reno": NewReno, "newreno": NewReno, "cubic": LinuxCubic, "cubic-rfc9438": Cubic, "dctcp": Dctcp}

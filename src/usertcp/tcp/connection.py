@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from usertcp.native import mypyc_attr
 from usertcp.tcp.appguard import notify
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from usertcp.tcp.host import ConnectionHost
     from usertcp.tcp.stack import Listener
 
-TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
+TS_PAWS_IDLE: Final = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 
 
 @mypyc_attr(native_class=False)      # mypyc compiles no subclass of this builtin exception
@@ -99,6 +99,7 @@ class Connection:
         self.was_time_wait = False
         self.timer_deadline = INF
         self.mib = stack.counters.table   # the packet path increments the dict itself
+        self.hot = stack.counters.hot     # and the per-segment counters' native block
         self.timers = Timers(self)
         self.recovery = Recovery(self, cfg.reordering)
         self.tx = Output(self)
@@ -667,7 +668,7 @@ class Connection:
         flags = seg.flags
         seg_off = self.rcv_off(seg.seq)
         if self.state is State.ESTABLISHED:
-            self.mib["UsertcpSlowPathSegs"] += 1
+            self.hot.slow_path_segs += 1
         if self._before_sequence_check(seg, now) or self._sequence_step(seg, seg_off, now):
             return
         if flags & RST:
