@@ -98,8 +98,7 @@ class Connection:
         self.passive = False
         self.was_time_wait = False
         self.timer_deadline = INF
-        self.mib = stack.counters.table   # the packet path increments the dict itself
-        self.hot = stack.counters.hot     # and the per-segment counters' native block
+        self.mib, self.hot = stack.counters.table, stack.counters.hot   # incremented by the packet path
         self.timers = Timers(self)
         self.recovery = Recovery(self, cfg.reordering)
         self.tx = Output(self)
