@@ -567,7 +567,7 @@ class Store:
         for op in still:
             at = op.start + 1 if op.kind is _INSPECT and not op.waitall else op.end
             if at < wake:
-                wake = at
+                wake = float(at)
         st.wake_at = wake
         self._advance(st, in_cb=in_cb)
 
