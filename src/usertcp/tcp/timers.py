@@ -30,7 +30,8 @@ class Timers:
 
     __slots__ = ("conn", "delack_deadline", "first_rto_time", "keepalive_deadline", "probe_backoff",
                  "probe_deadline", "probes_out", "probes_tstamp", "rack_deadline", "retransmits",
-                 "rto_deadline", "time_wait_deadline", "tlp_deadline", "tlp_high", "tx_refused")
+                 "pacing_deadline", "rto_deadline", "time_wait_deadline", "tlp_deadline", "tlp_high",
+                 "tx_refused")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -41,6 +42,7 @@ class Timers:
         self.time_wait_deadline = INF  # TIME_WAIT 2 MSL, or an orphan's FIN_WAIT_2 timeout
         self.tlp_deadline = INF        # the probe timeout (PTO)
         self.rack_deadline = INF       # the RACK reordering timer
+        self.pacing_deadline = INF     # the next paced departure (Linux tp->pacing_timer)
         self.probes_out = 0            # zero-window or keepalive probes without answer
         self.probe_backoff = 0         # Linux icsk_backoff of the probe timer (tcp_probe0_when)
         self.probes_tstamp = -1.0      # first probe of the episode (icsk_probes_tstamp); -1: none
@@ -57,7 +59,7 @@ class Timers:
         """The earliest armed deadline (INF: none), asked after every event.
 
         Compared one by one rather than with ``min()``: compiled, these are unboxed floats
-        and a handful of machine comparisons, where ``min()`` boxes all seven and compares
+        and a handful of machine comparisons, where ``min()`` boxes all eight and compares
         them generically (~20x the instructions). A cached earliest deadline, updated on
         every arm and disarm as Linux's per-socket timers are, would cost as much at each
         of the many places that re-arm the RTO and the probe timers (every ACK does).
@@ -75,6 +77,8 @@ class Timers:
             d = self.keepalive_deadline
         if self.time_wait_deadline < d:
             d = self.time_wait_deadline
+        if self.pacing_deadline < d:
+            d = self.pacing_deadline
         return d
 
     def handle(self, now: float) -> None:
@@ -84,6 +88,8 @@ class Timers:
         if c.state is State.CLOSED:
             return
         self.tx_refused = False
+        if now >= self.pacing_deadline:
+            self.pacing_deadline = INF         # tcp_pace_kick: tx.run below sends on
         if now >= self.time_wait_deadline:
             self.time_wait_deadline = INF
             expired = "UsertcpTimeWaitExpired" if c.state is State.TIME_WAIT else "TcpExtTCPAbortOnTimeout"
@@ -190,6 +196,8 @@ class Timers:
         if expired:
             c.fail(errno.ETIMEDOUT, now)
             return
+        if self.retransmits >= cfg.retries1:
+            c.path.black_hole(now)                 # tcp_write_timeout: black-hole detection
         c.mib["TcpExtTCPTimeouts"] += 1
         self.tlp_high = -1
         self.rack_deadline = INF
