@@ -11,12 +11,23 @@ one), alternating, ``repeats`` times; each build's figures are its fastest run (
 on a shared machine only adds CPU time). ``compiled_speedup`` is the pure build's CPU
 per segment over the compiled one's. The top-level figures are those of the build this
 process runs (``build``).
+
+With ``instructions=True`` each build is also measured in CPU instructions per segment
+under ``valgrind --tool=callgrind`` (stable on a shared machine, unlike CPU time): two
+transfers of ``instr_size`` and twice that, in fresh interpreters; the difference of their
+instruction counts over the difference of their segment counts leaves out start-up,
+imports and the handshake. Both sizes must reach the steady state: the sender closes once
+its last write is queued, and for the rest (the last ~1.5 MB here, what the send buffer
+holds) header prediction is off on its side, every ACK taking the slow path (Linux too
+leaves ESTABLISHED at close()); below ~2 MB a transfer is all in that regime, hence 4 MB.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -35,8 +46,17 @@ _CHUNK = 1 << 18
 
 
 def run(size: int = 20_000_000, loss: float = 0.0, delay: float = 0.001, bandwidth_bps: float = 100e6,
-        seed: int = 1, repeats: int = 3) -> dict[str, Any]:
+        seed: int = 1, repeats: int = 3, instructions: bool = False,
+        instr_size: int = 4_000_000) -> dict[str, Any]:
     """Send ``size`` bytes a -> b under each installed build; see the module docstring."""
+    result = _run_timed(size, loss, delay, bandwidth_bps, seed, repeats)
+    if instructions:
+        result["instructions"] = instruction_figures(instr_size, loss, delay, bandwidth_bps, seed)
+    return result
+
+
+def _run_timed(size: int, loss: float, delay: float, bandwidth_bps: float, seed: int,
+               repeats: int) -> dict[str, Any]:
     if size <= 0:
         raise ValueError("size must be > 0")
     if not 0.0 <= loss < 1.0:
@@ -61,16 +81,21 @@ def run(size: int = 20_000_000, loss: float = 0.0, delay: float = 0.001, bandwid
             "goal_compiled_under_15us": compiled["us_per_segment"] < 15.0}
 
 
-def _measure_in_subprocess(build: str, options: dict[str, Any]) -> dict[str, Any]:
-    """One :func:`measure` in a fresh interpreter running ``build`` from this same install."""
+def _build_env(build: str) -> dict[str, str]:
+    """The environment of a fresh interpreter that runs ``build`` from this same install."""
     env = dict(os.environ)
     here = str(Path(usertcp.__file__).resolve().parents[1])     # the directory usertcp came from
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("USERTCP_PURE", None)
     if build == "pure":
         env["USERTCP_PURE"] = "1"
+    return env
+
+
+def _measure_in_subprocess(build: str, options: dict[str, Any]) -> dict[str, Any]:
+    """One :func:`measure` in a fresh interpreter running ``build`` from this same install."""
     args = [f"{k}={v}" for k, v in options.items()]
-    p = subprocess.run([sys.executable, "-m", "usertcp.bench.throughput", *args], env=env,
+    p = subprocess.run([sys.executable, "-m", "usertcp.bench.throughput", *args], env=_build_env(build),
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(f"bench throughput ({build} build) failed: {p.stderr.strip()}")
@@ -78,6 +103,41 @@ def _measure_in_subprocess(build: str, options: dict[str, Any]) -> dict[str, Any
     if result["build"] != build:
         raise RuntimeError(f"asked for the {build} build, the subprocess ran {result['build']}")
     return result
+
+
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def _instructions(build: str, options: dict[str, Any]) -> tuple[int, int]:
+    """(instructions, data segments) of one :func:`measure` under callgrind, running ``build``."""
+    args = [f"{k}={v}" for k, v in options.items()]
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+           sys.executable, "-m", "usertcp.bench.throughput", *args]
+    p = subprocess.run(cmd, env=_build_env(build), capture_output=True, text=True, timeout=3600)
+    m = _COLLECTED.search(p.stderr)
+    if p.returncode != 0 or m is None:
+        raise RuntimeError(f"bench throughput under callgrind ({build} build) failed: {p.stderr[-2000:]}")
+    return int(m.group(1)), int(json.loads(p.stdout)["segments"])
+
+
+def instruction_figures(size: int, loss: float, delay: float, bandwidth_bps: float,
+                        seed: int) -> dict[str, Any]:
+    """Instructions per segment of each installed build (see the module docstring)."""
+    if shutil.which("valgrind") is None:
+        raise ValueError("instructions=True needs valgrind")
+    if size <= 0:
+        raise ValueError("instr_size must be > 0")
+    builds_here = ["compiled", "pure"] if builds.compiled_modules() else ["pure"]
+    out: dict[str, Any] = {"size": size}
+    for build in builds_here:
+        (i1, s1), (i2, s2) = (_instructions(build, {"size": n, "loss": loss, "delay": delay,
+                                                    "bandwidth_bps": bandwidth_bps, "seed": seed})
+                              for n in (size, 2 * size))
+        out[build] = {"instr_per_segment": round((i2 - i1) / max(s2 - s1, 1)), "segments": s2 - s1}
+    if "compiled" in out:
+        out["compiled_speedup"] = round(out["pure"]["instr_per_segment"] /
+                                        out["compiled"]["instr_per_segment"], 2)
+    return out
 
 
 def measure(size: int, loss: float, delay: float, bandwidth_bps: float, seed: int) -> dict[str, Any]:

@@ -21,18 +21,18 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from heapq import heappop, heappush
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from usertcp.native import mypyc_attr
 from usertcp.net.memnet import Host, LinkDirection, Network
 from usertcp.wire.segment import Buffer, TxPacket
 
-_DELIVER = 0
-_TIMER = 1
-_INF = float("inf")
+_DELIVER: Final = 0
+_TIMER: Final = 1
+_INF: Final = float("inf")
 # handle_timer calls in a row that leave the timer due at or before now: an
 # endpoint that never clears its timer would otherwise spin forever in virtual time.
-_MAX_TIMER_SPIN = 10_000
+_MAX_TIMER_SPIN: Final = 10_000
 
 Event = tuple[float, int, int, Any, Any]
 

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from ipaddress import IPv4Address, IPv6Address, ip_address
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from usertcp.net.endpoint import Endpoint
 from usertcp.wire import icmp
@@ -57,10 +57,10 @@ Scheduler = Callable[[float, "LinkDirection", bytes], None]
 
 # Largest TSO/GSO packet a stack on an offload link may emit: an IPv4 total length (or an
 # IPv6 payload length) must fit 16 bits, with room for IP and TCP headers and options.
-OFFLOAD_GSO_MAX_SIZE = 65535 - 60 - 60 - 40
+OFFLOAD_GSO_MAX_SIZE: Final = 65535 - 60 - 60 - 40
 # The frame size of the wire behind an offload link: GRO joins packets up to this size (wire
 # segments); larger ones are TSO packets the link carries whole, as loopback and virtio do.
-GRO_WIRE_MTU = 1500
+GRO_WIRE_MTU: Final = 1500
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from usertcp.objects.ops import CQE_F_CONSUMED, INSPECT_WAITALL, MAX_RANGES, SEND_LAST, ObjRange, Op
 from usertcp.tcp.buffers import MemAccount
 from usertcp.tcp.connection import SENDING, Connection, State
+
+_INF: Final = float("inf")
+# The operations bound once: compiled, ``Op.INSPECT`` is an attribute lookup on an interpreted
+# enum class at every use (~800 instructions); a Final module constant is a C static.
+_DISCARD: Final = Op.DISCARD
+_INSPECT: Final = Op.INSPECT
+_RECV_OBJECT: Final = Op.RECV_OBJECT
 
 if TYPE_CHECKING:
     from usertcp.objects.ring import Ring
@@ -166,7 +173,7 @@ class _Stream:
         self.prev_readable: Callable[[Connection], None] | None = conn.on_readable
         self.hook: Callable[[Connection], None] | None = None
         # Stream offset at which some pending op can complete (INF: none pending).
-        self.wake_at: float = float("inf")
+        self.wake_at: float = _INF
 
 
 class _Send:
@@ -497,7 +504,7 @@ class Store:
         for op in st.pending:
             self._fail_rx(op, errno.ECANCELED)
         st.pending.clear()
-        st.wake_at = float("inf")
+        st.wake_at = _INF
         # Reads resume at ``front``: bytes not yet dropped (even ones a capture took a
         # reference to, or a cancelled capture had started on) are readable again.
         conn = st.conn
@@ -513,14 +520,14 @@ class Store:
         st = self._stream(sid)
         if offset == -1:
             offset = st.tail
-        if offset < st.front or length < 0 or (kind is Op.RECV_OBJECT and length == 0):
+        if offset < st.front or length < 0 or (kind is _RECV_OBJECT and length == 0):
             raise OpError(errno.EINVAL)
         if buf is not None and len(buf) < length:
             raise OpError(errno.EINVAL)
-        if kind is Op.RECV_OBJECT:
+        if kind is _RECV_OBJECT:
             self._charge(length, 1, 1)      # reserved; released if the capture fails
         op = _RxOp(kind, ring, user_data, offset, offset + length, bool(flags & INSPECT_WAITALL), buf)
-        if kind is not Op.INSPECT:
+        if kind is not _INSPECT:
             st.tail = max(st.tail, op.end)
         st.pending.append(op)
         self._pump_rx(st, in_cb=False)
@@ -537,27 +544,31 @@ class Store:
         for op in st.pending:
             if op.pos < avail and op.pos < op.end:
                 n = min(op.end, avail) - op.pos
-                if op.kind is Op.INSPECT:
+                if op.kind is _INSPECT:
                     op.out += rb.peek(op.pos - front, n)
                 else:
-                    if op.kind is Op.RECV_OBJECT:
+                    if op.kind is _RECV_OBJECT:
                         op.views += rb.views(op.pos - front, n)
                     st.decided.append((op.pos, op.pos + n))
                 op.pos += n
-            if op.pos >= op.end or (op.kind is Op.INSPECT and not op.waitall and op.pos > op.start):
+            if op.pos >= op.end or (op.kind is _INSPECT and not op.waitall and op.pos > op.start):
                 self._finish_rx(op)
             elif ended:
                 if conn.error:
                     self._fail_rx(op, conn.error)
-                elif op.kind is Op.RECV_OBJECT:
+                elif op.kind is _RECV_OBJECT:
                     self._fail_rx(op, errno.ENODATA)
                 else:
                     self._finish_rx(op)      # a short INSPECT/DISCARD count reports the EOF
             else:
                 still.append(op)
         st.pending = still
-        st.wake_at = min((op.start + 1 if op.kind is Op.INSPECT and not op.waitall else op.end
-                          for op in still), default=float("inf"))
+        wake = _INF
+        for op in still:
+            at = op.start + 1 if op.kind is _INSPECT and not op.waitall else op.end
+            if at < wake:
+                wake = float(at)
+        st.wake_at = wake
         self._advance(st, in_cb=in_cb)
 
     def _advance(self, st: _Stream, *, in_cb: bool) -> None:
@@ -586,12 +597,12 @@ class Store:
 
     def _finish_rx(self, op: _RxOp) -> None:
         n = op.pos - op.start
-        if op.kind is Op.INSPECT:
+        if op.kind is _INSPECT:
             data = bytes(op.out)
             if op.buf is not None:
                 op.buf[:n] = data
             op.ring.post_completion(op.user_data, n, 0, data)
-        elif op.kind is Op.DISCARD:
+        elif op.kind is _DISCARD:
             self.stats["discarded_bytes"] += n
             op.ring.post_completion(op.user_data, n, 0, None)
         else:
@@ -624,7 +635,7 @@ class Store:
         return self._install(views, n).handle
 
     def _fail_rx(self, op: _RxOp, err: int) -> None:
-        if op.kind is Op.RECV_OBJECT:
+        if op.kind is _RECV_OBJECT:
             self._add_used(-(op.end - op.start))
             self.versions -= 1
             self.extents -= 1

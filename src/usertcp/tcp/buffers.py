@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from typing import Final
 
 from usertcp.tcp.memory import MemAccount
 from usertcp.wire.segment import Buffer
@@ -17,20 +18,20 @@ __all__ = ["MAX_SKB_FRAGS", "PAGE_SIZE", "RX_CHUNK_OVERHEAD", "SKB_TRUESIZE_OVER
            "RecvBuffer", "SendBuffer", "truesize"]
 
 # Linux MAX_SKB_FRAGS (CONFIG_MAX_SKB_FRAGS default 17) and the page a zerocopy frag pins.
-MAX_SKB_FRAGS = 17
-PAGE_SIZE = 4096
+MAX_SKB_FRAGS: Final = 17
+PAGE_SIZE: Final = 4096
 
 
 # Linux skb->truesize of an empty skb from tcp_stream_alloc_skb(): SKB_TRUESIZE() of a
 # kmalloc-1024 head for MAX_TCP_HEADER (320) = 704 + sk_buff (256) + skb_shared_info (320).
 # Copied payload adds its own length (page fragments), so sk_wmem_queued = bytes + this per skb.
-SKB_TRUESIZE_OVERHEAD = 1280
+SKB_TRUESIZE_OVERHEAD: Final = 1280
 # Control-block flags of one skb (Linux TCP_SKB_CB(skb)->tcp_flags & TCPHDR_PSH, ->eor).
-SKB_PSH = 1          # tcp_mark_push(): the segment that ends this skb carries PSH
-SKB_EOR = 2          # MSG_EOR: no later byte joins this skb (tcp_skb_can_collapse_to)
+SKB_PSH: Final = 1          # tcp_mark_push(): the segment that ends this skb carries PSH
+SKB_EOR: Final = 2          # MSG_EOR: no later byte joins this skb (tcp_skb_can_collapse_to)
 SKB_FRAGS_FULL = 4   # MAX_SKB_FRAGS zerocopy frags: nothing more fits (skb_zerocopy_iter_stream, skb_shift)
 # What closes an skb to later bytes, written or pulled in by tcp_grow_skb().
-_SKB_CLOSED = SKB_EOR | SKB_FRAGS_FULL
+_SKB_CLOSED: Final = SKB_EOR | SKB_FRAGS_FULL
 
 
 class SendBuffer:
@@ -337,10 +338,10 @@ class SendBuffer:
 # What one kept segment costs beyond the packet buffer it keeps alive: the memoryview
 # object and the bytes object's header (sys.getsizeof: 184 + 33, rounded up), the part of
 # Linux's skb->truesize that is not data.
-RX_CHUNK_OVERHEAD = 256
+RX_CHUNK_OVERHEAD: Final = 256
 # Linux tcp_collapse: once this many small segments (each costing over twice its payload)
 # sit in a row at the tail, their bytes are copied into one compact buffer.
-COLLAPSE_AFTER = 32
+COLLAPSE_AFTER: Final = 32
 
 
 def truesize(data: memoryview) -> int:

@@ -11,7 +11,7 @@ ssthresh at the points the caller reports.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.hystart import CubicParams, HystartPlusPlus, LinuxHystart, hystart_ack_delay_us
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 # "Arbitrarily high" initial ssthresh (RFC 5681 §3.1); Linux TCP_INFINITE_SSTHRESH role.
-INFINITE_SSTHRESH = 1 << 62
+INFINITE_SSTHRESH: Final = 1 << 62
 
 
 class CongestionControl:
@@ -421,8 +421,8 @@ class Cubic(CongestionControl):
 
 # Linux tcp_cubic.c constants: BICTCP_BETA_SCALE, HZ 1000 (beta and bic_scale are
 # module parameters: CubicParams).
-_BETA_SCALE = 1024
-_HZ = 1000
+_BETA_SCALE: Final = 1024
+_HZ: Final = 1000
 
 
 def _icbrt(a: int) -> int:
@@ -612,7 +612,7 @@ class LinuxCubic(CongestionControl):
         return info
 
 
-DCTCP_MAX_ALPHA = 1024       # Linux tcp_dctcp.c: alpha is a fraction scaled by 1024
+DCTCP_MAX_ALPHA: Final = 1024       # Linux tcp_dctcp.c: alpha is a fraction scaled by 1024
 
 
 class Dctcp(NewReno):
@@ -709,7 +709,7 @@ class Dctcp(NewReno):
         return info
 
 
-AVAILABLE = ("reno", "cubic", "dctcp")
+AVAILABLE: Final = ("reno", "cubic", "dctcp")
 # "cubic" is Linux's integer CUBIC; "cubic-rfc9438" the RFC's real-valued one.
 _ALIASES: dict[str, type[CongestionControl]] = {
     "reno": NewReno, "newreno": NewReno, "cubic": LinuxCubic, "cubic-rfc9438": Cubic, "dctcp": Dctcp}

@@ -100,7 +100,7 @@ class Connection:
         self.passive = False
         self.was_time_wait = False
         self.timer_deadline = INF
-        self.mib = stack.counters.table   # the packet path increments the dict itself
+        self.mib, self.hot = stack.counters.table, stack.counters.hot   # incremented by the packet path
         self.timers = Timers(self)
         self.recovery = Recovery(self, cfg.reordering)
         self.tx = Output(self)
@@ -661,7 +661,7 @@ class Connection:
         flags = seg.flags
         seg_off = self.rcv_off(seg.seq)
         if self.state is State.ESTABLISHED:
-            self.mib["UsertcpSlowPathSegs"] += 1
+            self.hot.slow_path_segs += 1
         if not flags & (ACK | RST | SYN) and not (self.passive and self.state is State.SYN_RECEIVED):
             # Linux tcp_rcv_established / tcp_rcv_state_process: none of ACK, RST and SYN
             # (a bare FIN, data without ACK): dropped before any check, and unanswered.

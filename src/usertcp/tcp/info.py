@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from usertcp.tcp.accecn import accecn_info
 from usertcp.tcp.fastopen_client import ClientTfo
@@ -12,12 +12,12 @@ if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
 # tcpi_options bits (include/uapi/linux/tcp.h).
-TCPI_OPT_TIMESTAMPS = 1
-TCPI_OPT_SACK = 2
-TCPI_OPT_WSCALE = 4
-TCPI_OPT_ECN = 8
-TCPI_OPT_ECN_SEEN = 16
-TCPI_OPT_SYN_DATA = 32
+TCPI_OPT_TIMESTAMPS: Final = 1
+TCPI_OPT_SACK: Final = 2
+TCPI_OPT_WSCALE: Final = 4
+TCPI_OPT_ECN: Final = 8
+TCPI_OPT_ECN_SEEN: Final = 16
+TCPI_OPT_SYN_DATA: Final = 32
 
 # Linux enum tcp_chrono: what the sender is limited by, the higher the stronger.
 CHRONO_NONE, CHRONO_BUSY, CHRONO_RWND_LIMITED, CHRONO_SNDBUF_LIMITED = 0, 1, 2, 3

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from usertcp.tcp.buffers import MAX_SKB_FRAGS, SKB_EOR, SKB_PSH
 from usertcp.tcp.info import (
@@ -45,12 +45,12 @@ if TYPE_CHECKING:
 IP_PMTUDISC_DONT, IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE = 0, 1, 2, 3
 # Linux ip_dont_fragment(): IPv4 DF only with IP_PMTUDISC_WANT (the default) or IP_PMTUDISC_DO.
 _DF_MODES = (IP_PMTUDISC_WANT, IP_PMTUDISC_DO)
-MAX_WINDOW = 65535
-GSO_MAX_SIZE = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
-MAX_TCP_HEADER = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
-SKB_SHINFO_SIZE = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
-SK_BUFF_SIZE = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
-PACING_UNLIMITED = (1 << 64) - 1  # ~0ULL: sk_pacing_rate before any RTT sample, sk_max_pacing_rate
+MAX_WINDOW: Final = 65535
+GSO_MAX_SIZE: Final = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
+MAX_TCP_HEADER: Final = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
+SKB_SHINFO_SIZE: Final = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
+SK_BUFF_SIZE: Final = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
+PACING_UNLIMITED: Final = (1 << 64) - 1  # ~0ULL: sk_pacing_rate before any RTT sample, sk_max_pacing_rate
 
 
 class Output:
@@ -205,10 +205,9 @@ class Output:
             c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
         c.segs_out += 1
         c.last_snd_time = now
-        mib = c.mib
-        mib["TcpOutSegs"] += 1
+        c.hot.out_segs += 1
         if flags & RST:
-            mib["TcpOutRsts"] += 1
+            c.mib["TcpOutRsts"] += 1
         if not ok:
             tm.tx_refused = True
             if c.state in SYNCHRONIZED:

@@ -10,7 +10,7 @@ tcp_grow_window) and decides when the ACK goes out: at once, or delayed (RFC 929
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import truesize
@@ -27,8 +27,8 @@ from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, PSH, SYN, URG, S
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
-TCP_MSS_DEFAULT = 536        # RFC 1122 default MSS (Linux TCP_MSS_DEFAULT)
-TCP_MIN_MSS = 88             # Linux TCP_MIN_MSS
+TCP_MSS_DEFAULT: Final = 536        # RFC 1122 default MSS (Linux TCP_MSS_DEFAULT)
+TCP_MIN_MSS: Final = 88             # Linux TCP_MIN_MSS
 _REMNANT = FIN | URG | SYN | PSH   # Linux TCP_REMNANT: flags a full-sized segment never needs
 
 

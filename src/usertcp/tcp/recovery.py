@@ -10,7 +10,7 @@ reduces the window with PRR (RFC 6937); an ECN echo reduces it once per window (
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.rtx_queue import RtxQueue, SentSegment
@@ -21,17 +21,21 @@ from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
-INF = float("inf")
-_SEQ_HALF = SEQ_MOD >> 1
+INF: Final = float("inf")
+_SEQ_HALF: Final = SEQ_MOD >> 1
 
 # Linux congestion-avoidance states for tcpi_ca_state.
-CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
+CA_OPEN: Final = 0
+CA_DISORDER: Final = 1
+CA_CWR: Final = 2
+CA_RECOVERY: Final = 3
+CA_LOSS: Final = 4
 
 # Linux tp->ecn_flags (include/net/tcp.h).
-ECN_OK = 0x1           # negotiated in the handshake
-ECN_QUEUE_CWR = 0x2    # cwnd was reduced: set CWR on the next new data segment
-ECN_DEMAND_CWR = 0x4   # a CE mark arrived: set ECE on every segment until the peer's CWR
-ECN_SEEN = 0x8         # an ECT or CE segment arrived
+ECN_OK: Final = 0x1           # negotiated in the handshake
+ECN_QUEUE_CWR: Final = 0x2    # cwnd was reduced: set CWR on the next new data segment
+ECN_DEMAND_CWR: Final = 0x4   # a CE mark arrived: set ECE on every segment until the peer's CWR
+ECN_SEEN: Final = 0x8         # an ECT or CE segment arrived
 
 
 class Recovery:
@@ -474,7 +478,7 @@ class Recovery:
             self.prr(self.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
                      una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
         if not seg.payload and ack_off >= prior_una and seg.flags == ACK:
-            c.mib["TcpExtTCPPureAcks"] += 1
+            c.hot.pure_acks += 1
         if ack_off > prior_una or sack_new:
             c.timers.tlp_deadline = INF
             c.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress

@@ -20,10 +20,11 @@ Everything is in seconds (floats); :meth:`RttEstimator.as_info` converts to µs.
 from __future__ import annotations
 
 import math
+from typing import Final
 
 __all__ = ["RttEstimator"]
 
-_MIN_SAMPLE = 1e-6  # Linux treats a 0 µs sample as 1 µs.
+_MIN_SAMPLE: Final = 1e-6  # Linux treats a 0 µs sample as 1 µs.
 
 
 class RttEstimator:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from usertcp.tcp.buffers import SKB_TRUESIZE_OVERHEAD
 
@@ -27,14 +27,14 @@ if TYPE_CHECKING:
 
 # Acknowledged records are dropped from the list's front in one slice once this many have
 # gathered (and they are at least half of it), so that popping the head stays O(1) amortised.
-_COMPACT_AT = 64
+_COMPACT_AT: Final = 64
 
 _END = attrgetter("end")
 
 # Linux tcp_fragment's allowance over sk_sndbuf before it refuses to split a queued skb
 # (CVE-2019-11478): 2 * SKB_TRUESIZE(GSO_LEGACY_MAX_SIZE), a 64 KiB payload plus the
 # cache-aligned sk_buff (256) and skb_shared_info (320).
-FRAGMENT_ALLOWANCE = 2 * (65536 + 256 + 320)
+FRAGMENT_ALLOWANCE: Final = 2 * (65536 + 256 + 320)
 
 
 class SentSegment:

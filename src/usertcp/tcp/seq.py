@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-SEQ_MOD = 1 << 32
-SEQ_MASK = SEQ_MOD - 1
-_HALF = 1 << 31
+from typing import Final
+
+SEQ_MOD: Final = 1 << 32
+SEQ_MASK: Final = SEQ_MOD - 1
+_HALF: Final = 1 << 31
 
 
 def seq_add(a: int, n: int) -> int:

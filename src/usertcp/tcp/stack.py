@@ -11,7 +11,7 @@ import errno
 import heapq
 import ipaddress
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from usertcp.tcp import fastopen, syncookies
 from usertcp.tcp.appguard import notify_listener
@@ -33,11 +33,7 @@ from usertcp.wire.predict import HP_MASK, checksums_ok, peek_tcp, predicted_opti
 from usertcp.wire.segment import ACK, FIN, RST, SYN, Buffer, DropPacket, NotTcp, Segment, TxPacket
 from usertcp.wire.tcp import encode_options
 
-EPHEMERAL_PORTS = (32768, 60999)   # Linux ip_local_port_range
-
-# Received packets by ECN codepoint (Linux ip_rcv_core / ip6_rcv_core IPSTATS_MIB_*ECT*PKTS).
-_ECN_MIB4 = ("IpExtInNoECTPkts", "IpExtInECT1Pkts", "IpExtInECT0Pkts", "IpExtInCEPkts")
-_ECN_MIB6 = ("Ip6InNoECTPkts", "Ip6InECT1Pkts", "Ip6InECT0Pkts", "Ip6InCEPkts")
+EPHEMERAL_PORTS: Final = (32768, 60999)   # Linux ip_local_port_range
 
 
 def pack_ip(addr: str | bytes | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
@@ -246,8 +242,8 @@ class Stack:
                 mib["TcpInErrs"] += 1
             return
         seg.gso_size = gso_size
-        mib["TcpInSegs"] += 1
-        mib[(_ECN_MIB4 if seg.ip_version == 4 else _ECN_MIB6)[seg.tos & 3]] += 1
+        self.counters.hot.in_segs += 1
+        self.counters.hot.count_ecn_in(seg.ip_version == 4, seg.tos & 3)
         if seg.dst not in self.addresses:
             mib["IpInAddrErrors"] += 1
             return
@@ -333,13 +329,13 @@ class Stack:
         (with or without an advancing ACK). The plain cases run the specialised routines; a
         duplicate ACK, or any segment while recovery or SACK state is held, gets the full
         ACK processing (``Receive.predicted``), as Linux's fast path calls tcp_ack."""
-        mib = self.counters.table
-        mib["TcpInSegs"] += 1
-        mib[(_ECN_MIB4 if v4 else _ECN_MIB6)[tos & 3]] += 1
+        hot = self.counters.hot
+        hot.in_segs += 1
+        hot.count_ecn_in(v4, tos & 3)
         if adv:
-            mib["TcpExtTCPHPAcks"] += 1  # tcp_ack's fast branch (with FLAG_DATA for data too)
+            hot.hp_acks += 1     # TcpExtTCPHPAcks: tcp_ack's fast branch (with FLAG_DATA for data too)
         if tot > start:
-            mib["TcpExtTCPHPHits"] += 1
+            hot.hp_hits += 1     # TcpExtTCPHPHits
         if not (adv or tot > start) or not conn.recovery.ack_state_plain:
             seg = parse_packet(mv, verify_checksum=False)
             seg.gso_size = gso_size
@@ -663,7 +659,7 @@ class Stack:
                            flags=flags, window=0, ttl=self.config.ttl,
                            options=encode_options(md5=True) if md5_key is not None else b"", md5_key=md5_key)
         self.counters.table["TcpOutRsts"] += 1
-        self.counters.table["TcpOutSegs"] += 1
+        self.counters.hot.out_segs += 1
         self.output(pkt)
 
     # -------------------------------------------------------- application API

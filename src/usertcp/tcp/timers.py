@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from usertcp.tcp.recovery import CA_CWR, CA_DISORDER, CA_LOSS, CA_OPEN, INF
 from usertcp.tcp.states import SYNCHRONIZED, State
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 # Linux TCP_RESOURCE_PROBE_INTERVAL (HZ/2): the retry interval after the local queue refused
 # a transmission (NET_XMIT_DROP), without backoff; TCP_TIMEOUT_MIN (2 jiffies) floors timers.
-RESOURCE_PROBE_INTERVAL = 0.5
-TIMEOUT_MIN = 0.002
+RESOURCE_PROBE_INTERVAL: Final = 0.5
+TIMEOUT_MIN: Final = 0.002
 
 
 class Timers:
@@ -56,8 +56,30 @@ class Timers:
         self.rto_deadline = self.delack_deadline = self.probe_deadline = self.keepalive_deadline = INF
 
     def next_deadline(self) -> float:
-        return min(self.rto_deadline, self.delack_deadline, self.probe_deadline, self.keepalive_deadline,
-                   self.time_wait_deadline, self.tlp_deadline, self.rack_deadline, self.pacing_deadline)
+        """The earliest armed deadline (INF: none), asked after every event.
+
+        Compared one by one rather than with ``min()``: compiled, these are unboxed floats
+        and a handful of machine comparisons, where ``min()`` boxes all eight and compares
+        them generically (~20x the instructions). A cached earliest deadline, updated on
+        every arm and disarm as Linux's per-socket timers are, would cost as much at each
+        of the many places that re-arm the RTO and the probe timers (every ACK does).
+        """
+        d = self.rto_deadline
+        if self.tlp_deadline < d:
+            d = self.tlp_deadline
+        if self.rack_deadline < d:
+            d = self.rack_deadline
+        if self.delack_deadline < d:
+            d = self.delack_deadline
+        if self.probe_deadline < d:
+            d = self.probe_deadline
+        if self.keepalive_deadline < d:
+            d = self.keepalive_deadline
+        if self.time_wait_deadline < d:
+            d = self.time_wait_deadline
+        if self.pacing_deadline < d:
+            d = self.pacing_deadline
+        return d
 
     def handle(self, now: float) -> None:
         c = self.conn
@@ -91,7 +113,7 @@ class Timers:
         if c.state is not State.CLOSED and now >= self.delack_deadline:
             self.delack_deadline = INF
             if c.rx.ack_pending:
-                c.mib["TcpExtDelayedACKs"] += 1
+                c.hot.delayed_acks += 1
                 c.rx.delack_fired()
                 tx.send_ack(now)
         if c.state is not State.CLOSED and now >= self.probe_deadline:

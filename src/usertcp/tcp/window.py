@@ -12,12 +12,14 @@ Measured against this machine's kernel by
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = ["RMEM_MAX", "TCP_MAX_WSCALE", "TS_OPTION_SPACE", "select_initial_window", "win_from_space"]
 
-TCP_MAX_WSCALE = 14            # RFC 7323 §2.3
-U16_MAX = 0xFFFF
-RMEM_MAX = 212992              # net.core.rmem_max default (x86-64)
-TS_OPTION_SPACE = 12           # TCPOLEN_TSTAMP_ALIGNED
+TCP_MAX_WSCALE: Final = 14            # RFC 7323 §2.3
+U16_MAX: Final = 0xFFFF
+RMEM_MAX: Final = 212992              # net.core.rmem_max default (x86-64)
+TS_OPTION_SPACE: Final = 12           # TCPOLEN_TSTAMP_ALIGNED
 
 
 def win_from_space(space: int) -> int:

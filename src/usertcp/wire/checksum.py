@@ -13,27 +13,34 @@ residue of 0 stands for 0xFFFF ("negative zero") whenever the data was not all z
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from .segment import Buffer
 
-_from_bytes = int.from_bytes
+_from_bytes: Final = int.from_bytes
 
 # Masks (1 << k) - 1 for the split points used by mod_ffff; bounded so that adversarial
 # packet sizes cannot grow it without limit (sizes seen in practice need a few dozen).
 _MASKS: dict[int, int] = {}
-_MASKS_MAX = 256
+_MASKS_MAX: Final = 256
+
+
+# Above this many bits mod_ffff halves the integer by shift-and-add before dividing.
+_SPLIT_BITS: Final = 1 << 15
 
 
 def mod_ffff(x: int) -> int:
     """``x % 0xFFFF`` for a non-negative int, faster than ``%`` on large values.
 
-    CPython's single-digit long division costs ~5.6 ns per 30-bit digit; shift-and-add
-    at a 16-bit-aligned split point halves the integer for less, and keeps the residue
-    because 2**16 == 1 (mod 0xFFFF). Measured 1.2 µs instead of 2.2 µs for 1460 bytes,
-    25 µs instead of 98 µs for 64 KiB.
+    CPython's single-digit long division is one hardware division per 30-bit digit;
+    shift-and-add at a 16-bit-aligned split point halves the integer for less, and keeps
+    the residue because 2**16 == 1 (mod 0xFFFF). Each halving allocates two integers of
+    the half's size, so below 4 KiB the division alone is cheaper (measured with callgrind:
+    an MSS-sized sum costs 3.6 k instructions with ``%``, 15.7 k with halvings down to
+    2048 bits; in wall time about 0.7x at 1480 bytes, even at 4 KiB, 2.5x slower at 16 KiB).
     """
     b = x.bit_length()
-    while b > 2048:
+    while b > _SPLIT_BITS:
         k = (b >> 5) << 4
         m = _MASKS.get(k)
         if m is None:
@@ -43,6 +50,18 @@ def mod_ffff(x: int) -> int:
         x = (x >> k) + (x & m)
         b = x.bit_length()
     return x % 0xFFFF
+
+
+def residue(data: Buffer) -> int:
+    """The 16-bit one's-complement sum of ``data`` modulo 0xFFFF (0..0xFFFE), an odd
+    trailing byte padded with zero: the sum reduced while it is one integer, so that
+    adding the pseudo-header's small terms never copies a payload-sized integer.
+
+    The padding multiplies the residue by 2**8 instead of shifting the big integer."""
+    r = mod_ffff(_from_bytes(data, "big"))
+    if len(data) & 1:
+        return (r << 8) % 0xFFFF
+    return r
 
 
 def ones_complement_sum(data: Buffer) -> int:
@@ -148,4 +167,5 @@ __all__ = [
     "parts_sum",
     "pseudo_header_bytes",
     "pseudo_header_sum",
+    "residue",
 ]

@@ -23,12 +23,13 @@ link already does when it turns a packet into bytes); Linux chains the fragments
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from usertcp.wire.segment import CWR, FIN, PSH, RST, SYN, URG
 
-GRO_MAX_SIZE = 65535                     # one IPv4 total length / IPv6 payload length
-_H = struct.Struct("!H")
-_I = struct.Struct("!I")
+GRO_MAX_SIZE: Final = 65535                     # one IPv4 total length / IPv6 payload length
+_H: Final = struct.Struct("!H")
+_I: Final = struct.Struct("!I")
 _FLUSH_FLAGS = (PSH | FIN | RST | SYN | URG) << 16      # in the TCP header's 4th word
 _NEVER_JOIN = (CWR | RST | SYN | URG) << 16
 _IGNORED = (CWR | FIN | PSH) << 16

@@ -31,22 +31,23 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Final
 
-from .checksum import mod_ffff
+from .checksum import mod_ffff, residue
 from .md5 import md5_digest_fixed
 from .segment import RST, SYN, Buffer, DropPacket, NotTcp, Segment, TxPacket
 from .tcp import parse_options
 
-_from_bytes = int.from_bytes
+_from_bytes: Final = int.from_bytes
 
-_S_IP4 = struct.Struct("!BBHHHBBH4s4s")
-_S_IP6 = struct.Struct("!IHBB16s16s")
-_S_TCP = struct.Struct("!HHIIHHHH")
-_S_IP4TCP = struct.Struct("!BBHHHBBH4s4sHHIIHHHH")
-_S_IP6TCP = struct.Struct("!IHBB16s16sHHIIHHHH")
+_S_IP4: Final = struct.Struct("!BBHHHBBH4s4s")
+_S_IP6: Final = struct.Struct("!IHBB16s16s")
+_S_TCP: Final = struct.Struct("!HHIIHHHH")
+_S_IP4TCP: Final = struct.Struct("!BBHHHBBH4s4sHHIIHHHH")
+_S_IP6TCP: Final = struct.Struct("!IHBB16s16sHHIIHHHH")
 
-_MD5_PREFIX = b"\x01\x01\x13\x12"
-_EXT_SKIP = (0, 43, 60)     # hop-by-hop, routing, destination options (RFC 8200 §4.1)
+_MD5_PREFIX: Final = b"\x01\x01\x13\x12"
+_EXT_SKIP: Final = (0, 43, 60)     # hop-by-hop, routing, destination options (RFC 8200 §4.1)
 
 
 def _as_bytes_view(buf: Buffer) -> memoryview:
@@ -166,11 +167,9 @@ def _parse_tcp(seg: Segment, mv: memoryview, off: int, end: int, verify_checksum
     if doff < 20 or doff > tlen:
         raise DropPacket("TcpInErrs", f"data offset {doff >> 2} invalid for {tlen} bytes")
     if verify_checksum:
-        v = _from_bytes(mv[off:end], "big")
-        if tlen & 1:
-            v <<= 8
         # Pseudo-header words (RFC 9293 §3.1, RFC 8200 §8.1) + segment must be -0.
-        if mod_ffff(v + (_from_bytes(seg.src, "big") + _from_bytes(seg.dst, "big") + 6 + tlen)):
+        pseudo = _from_bytes(seg.src, "big") + _from_bytes(seg.dst, "big") + 6 + tlen
+        if (residue(mv[off:end]) + pseudo) % 0xFFFF:
             raise DropPacket("TcpInCsumErrors", "bad TCP checksum")
     flags = offflags & 0x1FF
     if flags & SYN and flags & RST:
@@ -224,7 +223,6 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
         r = pseudo % 0xFFFF
         tcsum = r if r else 0xFFFF
     else:
-        # The small terms first, then one addition to the payload-sized integer (each copies it).
         total = psum + (pseudo + sport + dport + seq + ack + offflags + window + urg_ptr
                         + _from_bytes(options, "big"))
         r = mod_ffff(total)
@@ -254,7 +252,7 @@ def build_packet(*, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ac
 
 
 def _payload_sum(payload: Sequence[Buffer], partial: bool) -> tuple[int, int]:
-    """The payload's length and its unfolded RFC 1071 sum, parts kept where they are; with
+    """The payload's length and its unfolded (small) RFC 1071 sum, parts kept where they are; with
     ``partial`` (checksum offload: the link or device sums the payload) the sum is 0."""
     plen = 0
     psum = 0
@@ -264,10 +262,10 @@ def _payload_sum(payload: Sequence[Buffer], partial: bool) -> tuple[int, int]:
             continue
         # Payload starts at an even offset (header is a multiple of 4): a part ending at an
         # odd offset weighs 2**8 (mod 0xFFFF), see checksum.parts_sum.
-        v = _from_bytes(p, "big")
-        if plen & 1:
-            v <<= 8
-        psum = psum + v if psum else v     # adding to 0 would copy the payload-sized integer
+        # Each part's sum reduced on its own (checksum.residue): adding payload-sized
+        # integers would copy them.
+        r = mod_ffff(_from_bytes(p, "big"))
+        psum += r << 8 if plen & 1 else r
     return plen, psum
 
 

@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import hmac
 import struct
+from typing import Final
 
-from usertcp.wire.checksum import mod_ffff
+from usertcp.wire.checksum import residue
 from usertcp.wire.md5 import md5_digest_fixed
 
-_S_IP4TCP = struct.Struct("!BBHHHBBH4s4sHHIIHHHH")
-_S_IP6TCP = struct.Struct("!IHBB16s16sHHIIHHHH")
-_S_III = struct.Struct("!III")
-_from_bytes = int.from_bytes
-_MD5_NOPS = b"\x01\x01\x13\x12"          # NOP, NOP, MD5 kind 19, length 18
-_TS_WORD = 0x0101080A                     # NOP, NOP, TS kind 8, length 10
+_S_IP4TCP: Final = struct.Struct("!BBHHHBBH4s4sHHIIHHHH")
+_S_IP6TCP: Final = struct.Struct("!IHBB16s16sHHIIHHHH")
+_S_III: Final = struct.Struct("!III")
+_from_bytes: Final = int.from_bytes
+_MD5_NOPS: Final = b"\x01\x01\x13\x12"          # NOP, NOP, MD5 kind 19, length 18
+_TS_WORD: Final = 0x0101080A                     # NOP, NOP, TS kind 8, length 10
 
 # Header prediction (Linux pred_flags): the 4th TCP header word with the reserved bits, AE
 # and PSH masked out; a connection predicts (header length << 28) | ACK << 16 | window.
-HP_MASK = 0xF0F7FFFF
+HP_MASK: Final = 0xF0F7FFFF
 
 # peek_tcp's result: (ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word), where
 # hp_word is the 4th TCP header word (data offset, flags, window) as one integer.
@@ -71,11 +72,8 @@ def checksums_ok(mv: memoryview, ip_len: int, tot: int, src: bytes, dst: bytes,
     if tcp_verified:
         return True
     tlen = tot - ip_len
-    v = _from_bytes(mv[ip_len:tot], "big")
-    if tlen & 1:
-        v <<= 8
-    # The small terms first: each addition to the payload-sized integer copies it.
-    return not mod_ffff(v + (_from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen))
+    pseudo = _from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen
+    return not (residue(mv[ip_len:tot]) + pseudo) % 0xFFFF
 
 
 def predicted_options(mv: memoryview, ip_len: int, tot: int, hp_word: int, md5_key: bytes | None,

@@ -7,45 +7,45 @@ the links. Both are per-packet objects, so they use ``__slots__``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
 # TCP flags (RFC 9293 §3.1, RFC 3168, RFC 9768 AE bit in the reserved nibble).
-FIN = 0x01
-SYN = 0x02
-RST = 0x04
-PSH = 0x08
-ACK = 0x10
-URG = 0x20
-ECE = 0x40
-CWR = 0x80
-AE = 0x100
+FIN: Final = 0x01
+SYN: Final = 0x02
+RST: Final = 0x04
+PSH: Final = 0x08
+ACK: Final = 0x10
+URG: Final = 0x20
+ECE: Final = 0x40
+CWR: Final = 0x80
+AE: Final = 0x100
 
 # TCP option kinds.
-OPT_EOL = 0
-OPT_NOP = 1
-OPT_MSS = 2
-OPT_WSCALE = 3
-OPT_SACK_PERM = 4
-OPT_SACK = 5
-OPT_TIMESTAMP = 8
-OPT_MD5 = 19
-OPT_AO = 29
-OPT_FASTOPEN = 34
-OPT_ACCECN0 = 172   # RFC 9768 §3.2.3 (layout in wire/accecn.py)
-OPT_ACCECN1 = 174
-OPT_EXP = 254
-FASTOPEN_EXP_MAGIC = 0xF989
+OPT_EOL: Final = 0
+OPT_NOP: Final = 1
+OPT_MSS: Final = 2
+OPT_WSCALE: Final = 3
+OPT_SACK_PERM: Final = 4
+OPT_SACK: Final = 5
+OPT_TIMESTAMP: Final = 8
+OPT_MD5: Final = 19
+OPT_AO: Final = 29
+OPT_FASTOPEN: Final = 34
+OPT_ACCECN0: Final = 172   # RFC 9768 §3.2.3 (layout in wire/accecn.py)
+OPT_ACCECN1: Final = 174
+OPT_EXP: Final = 254
+FASTOPEN_EXP_MAGIC: Final = 0xF989
 
-IPPROTO_TCP = 6
+IPPROTO_TCP: Final = 6
 
 # The ECN field: the low two bits of the IPv4 TOS / IPv6 traffic class (RFC 3168 §5).
-ECN_MASK = 0x3
-ECN_NOT_ECT = 0x0
-ECN_ECT1 = 0x1
-ECN_ECT0 = 0x2
-ECN_CE = 0x3
+ECN_MASK: Final = 0x3
+ECN_NOT_ECT: Final = 0x0
+ECN_ECT1: Final = 0x1
+ECN_ECT0: Final = 0x2
+ECN_CE: Final = 0x3
 
 
 class DropPacket(Exception):

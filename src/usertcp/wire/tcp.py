@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Final
 
 from .segment import (
     FASTOPEN_EXP_MAGIC,
@@ -33,23 +34,23 @@ from .segment import (
     Segment,
 )
 
-MAX_OPTIONS_LEN = 40          # RFC 9293 §3.1: data offset is 4 bits, header <= 60 bytes
-TCP_HEADER_LEN = 20
-MD5_OPTION_LEN = 20           # TCPOLEN_MD5SIG_ALIGNED: NOP, NOP, 19, 18, digest[16]
-MD5_DIGEST_OFFSET = TCP_HEADER_LEN + 4   # digest offset inside the TCP header
-MAX_WSCALE = 14               # RFC 7323 §2.3
-FASTOPEN_COOKIE_MIN = 4       # RFC 7413 §4.1.1 (erratum 4238: even lengths 4..16)
-FASTOPEN_COOKIE_MAX = 16
+MAX_OPTIONS_LEN: Final = 40          # RFC 9293 §3.1: data offset is 4 bits, header <= 60 bytes
+TCP_HEADER_LEN: Final = 20
+MD5_OPTION_LEN: Final = 20           # TCPOLEN_MD5SIG_ALIGNED: NOP, NOP, 19, 18, digest[16]
+MD5_DIGEST_OFFSET: Final = TCP_HEADER_LEN + 4   # digest offset inside the TCP header
+MAX_WSCALE: Final = 14               # RFC 7323 §2.3
+FASTOPEN_COOKIE_MIN: Final = 4       # RFC 7413 §4.1.1 (erratum 4238: even lengths 4..16)
+FASTOPEN_COOKIE_MAX: Final = 16
 
 _MD5_PLACEHOLDER = b"\x01\x01\x13\x12" + bytes(16)
-_S_MSS = struct.Struct("!BBH")
-_TS_NOP_PREFIX = b"\x01\x01\x08\x0a"
-_TS_SACKPERM_PREFIX = b"\x04\x02\x08\x0a"
-_S_TS_FULL = struct.Struct("!4sII")
-_SACKPERM_NOP = b"\x01\x01\x04\x02"
-_S_WSCALE = struct.Struct("!BBBB")
-_S_II = struct.Struct("!II")
-_S_H = struct.Struct("!H")
+_S_MSS: Final = struct.Struct("!BBH")
+_TS_NOP_PREFIX: Final = b"\x01\x01\x08\x0a"
+_TS_SACKPERM_PREFIX: Final = b"\x04\x02\x08\x0a"
+_S_TS_FULL: Final = struct.Struct("!4sII")
+_SACKPERM_NOP: Final = b"\x01\x01\x04\x02"
+_S_WSCALE: Final = struct.Struct("!BBBB")
+_S_II: Final = struct.Struct("!II")
+_S_H: Final = struct.Struct("!H")
 
 
 def options_length(*, mss: int = -1, wscale: int = -1, sack_permitted: bool = False,
