@@ -224,7 +224,8 @@ def test_sack_blocks_fit_the_option_space() -> None:
 
 def test_in_order_data_beyond_the_window_is_taken_whole() -> None:
     # Linux 6.18 (tools/kernel_receive_probe.py): 2000 bytes sent into a 1152-byte window are
-    # all acknowledged (tcp_data_queue takes an in-order segment whole while the buffer allows);
+    # all acknowledged (tcp_data_queue takes an in-order segment whole while the buffer allows),
+    # and the ACK closes the window (tcp_space is below a segment: __tcp_select_window offers 0);
     # data that starts beyond the window, or arrives at a zero window, is dropped with an ACK;
     # a bare FIN at a zero window is not accepted either (6.18 has no bare-FIN exception).
     assert_passed(run("""\
@@ -237,16 +238,14 @@ def test_in_order_data_beyond_the_window_is_taken_whole() -> None:
    +0 < . 1:1(0) ack 1 win 502
    +0 accept(3, ..., ...) = 4
    +0 < . 1:2001(2000) ack 1 win 502
-   +0 > . 1:1(0) ack 2001
+   +0 > . 1:1(0) ack 2001 win 0
    +0 < . 7001:7101(100) ack 1 win 502
-   +0 > . 1:1(0) ack 2001
-   +0 < . 2001:2305(304) ack 1 win 502
-   +0 > . 1:1(0) ack 2305 win 0
-   +0 < . 2305:2405(100) ack 1 win 502
-   +0 > . 1:1(0) ack 2305 win 0
-   +0 < F. 2305:2305(0) ack 1 win 502
-   +0 > . 1:1(0) ack 2305 win 0
-   +0 read(4, ..., 3000) = 2304
+   +0 > . 1:1(0) ack 2001 win 0
+   +0 < . 2001:2101(100) ack 1 win 502
+   +0 > . 1:1(0) ack 2001 win 0
+   +0 < F. 2001:2001(0) ack 1 win 502
+   +0 > . 1:1(0) ack 2001 win 0
+   +0 read(4, ..., 3000) = 2000
 """))
 
 

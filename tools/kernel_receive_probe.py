@@ -263,6 +263,164 @@ def rcv_mss(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     lst.close()
 
 
+# -- the window after the handshake (tcp/window.py) ---------------------------------------------
+
+SO_MEMINFO = 55
+SYN_OPTS_NO_WS = (struct.pack("!BBH", 2, 4, 1460) + bytes([4, 2, 8, 10]) + struct.pack("!II", 100, 0))
+
+
+def _sysctl_int(ns: str, name: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n", name], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def _tcp_state(child: socket.socket) -> tuple[int, int, int]:
+    """(tcpi_rcv_ssthresh, sk_rmem_alloc, sk_rcvbuf) of the kernel's socket."""
+    raw = child.getsockopt(socket.IPPROTO_TCP, TCP_INFO, 104)
+    mem = struct.unpack("9I", child.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 36))
+    return int(struct.unpack_from("I", raw, 64)[0]), mem[0], mem[1]
+
+
+class WindowModel:
+    """The kernel's receive-window state, advanced with tcp/window.py's functions (the same
+    arithmetic usertcp's Receive runs), fed only what the kernel's memory accounting shows:
+    each segment's truesize and the buffer size (SO_MEMINFO)."""
+
+    def __init__(self, rcvbuf: int, mss: int, advmss: int, ws_ok: bool, rmem2: int, rmem_max: int) -> None:
+        from usertcp.tcp.window import initial_window, win_from_space
+        self.rcvbuf, self.advmss, self.rmem2 = rcvbuf, advmss, rmem2
+        self.rcv_wnd, clamp, self.ws = initial_window(rcvbuf, False, 0, mss, ws_ok, rmem2, rmem_max)
+        self.ratio, self.rcv_mss, self.rmem = 128, 536, 0
+        self.ssthresh = self.rcv_wnd
+        maxwin = win_from_space(rcvbuf)                  # tcp_init_buffer_space
+        clamp = maxwin if clamp >= maxwin else clamp
+        if clamp > 2 * advmss and clamp + advmss > maxwin:
+            clamp = max(2 * advmss, maxwin - advmss)
+        self.clamp = clamp
+        self.ssthresh = min(self.ssthresh, clamp)
+        self.right = self.rcv_wnd                        # rcv_adv - rcv_nxt, from rcv_nxt = 0
+        self.nxt = 0
+
+    def segment(self, length: int, truesize: int, rcvbuf: int) -> int:
+        """One in-order segment arrives (not read): the window of the ACK it earns."""
+        from usertcp.tcp.window import grow_increment, scaling_ratio, win_from_space
+        self.rcvbuf = rcvbuf
+        if length >= self.rcv_mss:                      # tcp_measure_rcv_mss
+            if length != self.rcv_mss:
+                ratio = scaling_ratio(length, truesize)
+                if ratio != self.ratio:
+                    self.ratio = ratio
+                    new = max(1152, win_from_space(self.rcvbuf, ratio))   # tcp_set_window_clamp
+                    if new < self.clamp:
+                        self.ssthresh = min(self.ssthresh, new)
+                    elif new > self.clamp:
+                        self.ssthresh = max(min(self.rcv_wnd, new), self.ssthresh)
+                    self.clamp = new
+            self.rcv_mss = min(length, self.advmss)
+        self.rmem += truesize
+        self.nxt += length
+        if length >= 128:                               # tcp_grow_window
+            space = win_from_space(self.rcvbuf - self.rmem, self.ratio)
+            room = min(self.clamp, space) - self.ssthresh
+            if room > 0:
+                incr = grow_increment(length, truesize, self.ratio, self.ssthresh, self.rmem2, self.rcv_mss,
+                                      self.advmss)
+                self.ssthresh += min(room, incr)
+        return self.window()
+
+    def read_all(self, rcvbuf: int) -> int:
+        self.rmem, self.rcvbuf = 0, rcvbuf
+        return self.window()
+
+    def window(self) -> int:
+        """tcp_select_window, never shrinking."""
+        from usertcp.tcp.window import select_window, win_from_space
+        allowed = win_from_space(self.rcvbuf, self.ratio)
+        free = win_from_space(self.rcvbuf - self.rmem, self.ratio)
+        new = select_window(free, allowed, min(self.clamp, allowed), self.ssthresh, self.ws, self.rcv_mss,
+                            self.rcv_wnd, False)
+        cur = self.right - self.nxt
+        unit = 1 << self.ws
+        if new < cur:
+            new = (cur + unit - 1) & -unit
+        self.rcv_wnd = new
+        self.right = self.nxt + new
+        return min(new, 0xFFFF << self.ws)
+
+
+def window_growth(dev: TunDevice, rd: PacketReader, ns: str, *, sizes: list[int], wscale: bool,
+                  port: int) -> tuple[int, int]:
+    """Send ``sizes`` in order to a kernel that does not read, then read all: compare each ACK's
+    window (and tcpi_rcv_ssthresh) with WindowModel's. Returns (matching ACKs, ACKs)."""
+    lst = _listen(ns, None)
+    c = Client(dev, rd, port)
+    c.send(TCP_SYN, options=SYN_OPTS if wscale else SYN_OPTS_NO_WS)
+    got = c.expect()
+    assert got is not None, "no SYN-ACK"
+    synack = got[0]
+    c.ack = synack.seq + 1
+    c.tsval += 1
+    c.send(TCP_ACK)
+    child, _ = lst.accept()
+    ws_opt = synack.option(3)
+    ws = ws_opt[0] if ws_opt else 0
+    rmem2 = _sysctl_int(ns, "net.ipv4.tcp_rmem")[2]
+    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    _, rmem, rcvbuf = _tcp_state(child)
+    model = WindowModel(rcvbuf, 1448, 1448, wscale, rmem2, rmem_max)
+    ok = total = 0
+    shown = 0
+    for size in sizes:
+        c.send(TCP_ACK, b"w" * size, ack=synack.seq + 1)
+        got = c.expect(0.5)
+        ssthresh, now_rmem, rcvbuf = _tcp_state(child)
+        truesize = now_rmem - rmem
+        want = model.segment(size, truesize, rcvbuf)
+        rmem = now_rmem
+        if got is None:
+            print(f"    {size} bytes: no ACK")
+            continue
+        win = got[0].window << ws
+        total += 1
+        same = win == want and ssthresh == model.ssthresh
+        ok += same
+        if not same or shown < 6:
+            shown += 1
+            print(f"    {size:5} bytes (truesize {truesize}): kernel win {win} "
+                  f"rcv_ssthresh {ssthresh}; model win {want} rcv_ssthresh {model.ssthresh}"
+                  f"{'' if same else '  <-- differs'}")
+    child.setblocking(False)
+    while True:
+        try:
+            if not child.recv(1 << 20):
+                break
+        except BlockingIOError:
+            break
+    got = c.expect(0.5)
+    _, _, rcvbuf = _tcp_state(child)
+    want = model.read_all(rcvbuf)
+    if got is not None:
+        total += 1
+        ok += (got[0].window << ws) == want
+        print(f"    after reading it all: kernel win {got[0].window << ws}, model {want}")
+    else:
+        print("    after reading it all: no window update")
+    print(f"  {ok} of {total} ACKs as tcp/window.py predicts (scaling ratio {model.ratio}, wscale {ws})")
+    child.close()
+    lst.close()
+    return ok, total
+
+
+def window_after_handshake(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    print(" scaled (wscale offered), full-sized segments, the reader asleep:")
+    window_growth(dev, rd, ns, sizes=[1448] * 60, wscale=True, port=46000)
+    print(" scaled, mixed sizes:")
+    window_growth(dev, rd, ns, sizes=[4, 1000, 1448, 700, 1448, 200, 1448, 1448, 100] * 4, wscale=True,
+                  port=46001)
+    print(" unscaled (no window scale in the SYN):")
+    window_growth(dev, rd, ns, sizes=[4] + [1000] * 20 + [1448] * 40, wscale=False, port=46002)
+
+
 if __name__ == "__main__":
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("SYN-ACK window and scale (tcp_rmem 4096 540000 15728640, as defaults.sh):")
@@ -279,3 +437,5 @@ if __name__ == "__main__":
     probe_session("rcvprobe", delack_after_timer)
     print("tcpi_rcv_mss:")
     probe_session("rcvprobe", rcv_mss)
+    print("the window after the handshake (tcp_select_window, tcp_grow_window, scaling_ratio):")
+    probe_session("rcvprobe", window_after_handshake)
