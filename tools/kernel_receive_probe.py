@@ -14,6 +14,7 @@ and plays a hand-driven client from 10.77.0.2 (inside the namespace only).  It p
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import subprocess
@@ -421,6 +422,157 @@ def window_after_handshake(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     window_growth(dev, rd, ns, sizes=[4] + [1000] * 20 + [1448] * 40, wscale=False, port=46002)
 
 
+def buffer_options() -> None:
+    """SO_RCVBUF / SO_SNDBUF against net.core.rmem_max / wmem_max, and the FORCE variants (as
+    root), compared with usertcp's SocketOptions under the same ceilings (sk_setsockopt)."""
+    from usertcp.api.sockopts import SocketOptions
+    from usertcp.tcp.config import StackConfig
+    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    wmem_max = int(Path("/proc/sys/net/core/wmem_max").read_text())
+    cfg = StackConfig(rmem_max=rmem_max, wmem_max=wmem_max)
+    print(f"  net.core.rmem_max {rmem_max}, wmem_max {wmem_max}")
+    ok = total = 0
+    for name, opt in (("SO_RCVBUF", 8), ("SO_RCVBUFFORCE", 33), ("SO_SNDBUF", 7), ("SO_SNDBUFFORCE", 32)):
+        get = 8 if "RCV" in name else 7
+        for value in (1, 1000, 100_000, 3 * rmem_max, -5):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, opt, value)
+            kernel = s.getsockopt(socket.SOL_SOCKET, get)
+            s.close()
+            ours = SocketOptions(cfg)
+            ours.set(socket.SOL_SOCKET, opt, value, conn=None, listener=None)
+            model = ours.get(socket.SOL_SOCKET, get, conn=None, listener=None)
+            total += 1
+            ok += kernel == model
+            mark = "" if kernel == model else "  <-- differs"
+            print(f"    {name} {value}: kernel {kernel}, usertcp {model}{mark}")
+    print(f"  {ok} of {total} as usertcp")
+
+
+def shrink_window(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """net.ipv4.tcp_shrink_window=1: fill a receiver that does not read; does the right edge
+    move left, and is data the old window allowed (past the new edge) accepted?"""
+    lst = _listen(ns, None)
+    c = Client(dev, rd, 47000)
+    synack = c.handshake()
+    child, _ = lst.accept()
+    ws_opt = synack.option(3)
+    ws = ws_opt[0] if ws_opt else 0
+    base = synack.seq + 1
+    right = c.seq + synack.window
+    shrank = None
+    wins = []
+    for _ in range(120):
+        c.send(TCP_ACK, b"s" * 1448, ack=base)
+        got = c.expect(0.5)
+        if got is None:
+            break
+        edge = got[0].ack + (got[0].window << ws)
+        wins.append(got[0].window << ws)
+        c.seq = got[0].ack
+        if edge < right and shrank is None and edge - c.seq >= 0:
+            shrank = (right, edge, got[0].ack)
+            # out of order, past the new right edge but inside the old one
+            c.seq = edge + 10
+            c.send(TCP_ACK, b"u" * 10, ack=base)
+            back = c.expect(0.5)
+            sack = back[0].option(5) if back else None
+            print(f"  10 bytes past the shrunk edge, within the old one: "
+                  f"{'SACKed (queued)' if sack else 'not SACKed (dropped)'}")
+            c.seq = got[0].ack
+        right = max(right, edge)
+        if got[0].window == 0:
+            break
+    print(f"  windows: {wins[:4]} ... {wins[-4:]}")
+    if shrank is None:
+        print("  the right edge never moved left")
+    else:
+        old, new, at = shrank
+        print(f"  the right edge moved left: {old - at} -> {new - at} past RCV.NXT")
+    nxt = c.seq
+    c.send(TCP_ACK, b"t" * 100, ack=base)
+    got = c.expect(0.5)
+    verdict = "accepted" if got and got[0].ack == nxt + 100 else "dropped"
+    print(f"  100 bytes at RCV.NXT after the window closed: {verdict}"
+          f" (ack +{(got[0].ack - nxt) if got else '?'}, win {(got[0].window << ws) if got else '?'})")
+    names = ("TcpExtTCPWantZeroWindowAdv", "TcpExtTCPToZeroWindowAdv", "TcpExtTCPFromZeroWindowAdv",
+             "TcpExtTCPZeroWindowDrop")
+    print("  " + " ".join(f"{n}={_netstat(ns, n)}" for n in names))
+    child.close()
+    lst.close()
+
+
+def cookie_synack(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """net.ipv4.tcp_syncookies=2 (always): the cookie SYN-ACK's window and scale for several
+    SO_RCVBUF values, beside usertcp's (tcp/window.py initial_window, as tcp/syncookies.py)."""
+    from usertcp.tcp.window import initial_window
+    rmem = _sysctl_int(ns, "net.ipv4.tcp_rmem")
+    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    for i, rcvbuf in enumerate((None, 1000, 65536, 1 << 20)):
+        lst = _listen(ns, rcvbuf)
+        c = Client(dev, rd, 48000 + i)
+        synack = c.handshake()
+        wscale = synack.option(3)
+        buf = rmem[1] if rcvbuf is None else max(2 * min(rcvbuf, rmem_max), 2304)
+        win, _, ws = initial_window(buf, rcvbuf is not None, 0, 1448, True, rmem[2], rmem_max)
+        same = synack.window == win and (wscale[0] if wscale else None) == ws
+        kernel_ws = wscale[0] if wscale else None
+        print(f"  SO_RCVBUF {rcvbuf}: cookie SYN-ACK win {synack.window} wscale {kernel_ws};"
+              f" usertcp win {win} wscale {ws}{'' if same else '  <-- differs'}")
+        lst.close()
+
+
+def _netstat(ns: str, name: str) -> int:
+    """One TcpExt counter of the namespace (/proc/net/netstat)."""
+    lines = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/netstat"], capture_output=True,
+                           text=True).stdout.splitlines()
+    for head, vals in zip(lines[::2], lines[1::2], strict=False):
+        if head.startswith("TcpExt:"):
+            row = dict(zip(head.split(), vals.split(), strict=False))
+            return int(row.get(name.removeprefix("TcpExt"), 0))
+    return 0
+
+
+def sack_compression(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """Out-of-order data at a receiver that has an RTT estimate (20 ms, from data it sent) and
+    has left quick-ACK mode (its window fully open: tcp_grow_window no longer asks for quick
+    ACKs): how many ACKs come back, when, and TcpExtTCPAckCompressed."""
+    lst = _listen(ns, 65536)                 # locked: no auto-tuning, rcv_ssthresh reaches its clamp
+    c = Client(dev, rd, 49000)
+    synack = c.handshake()
+    child, _ = lst.accept()
+    base = synack.seq + 1
+    for i in range(3):                       # the kernel sends, we ACK 20 ms later: srtt ~ 20 ms
+        child.send(b"k" * 100)
+        c.expect()
+        time.sleep(0.02)
+        c.send(TCP_ACK, ack=base + 100 * (i + 1))
+    base += 300
+    child.setblocking(False)
+    for _ in range(40):                      # in order, read: quick-ACK mode ends, the window opens
+        c.send(TCP_ACK, b"i" * 1448, ack=base)
+        c.expect(0.05)
+        with contextlib.suppress(BlockingIOError):
+            child.recv(1 << 16)
+    while c.expect(0.1) is not None:
+        pass
+    before = _netstat(ns, "TcpExtTCPAckCompressed")
+    hole = c.seq
+    c.seq += 1448
+    start = time.monotonic()
+    for _ in range(10):                      # ten out-of-order segments, back to back
+        c.send(TCP_ACK, b"o" * 1448, ack=base)
+    acks = []
+    while c.expect(0.05) is not None:
+        acks.append(time.monotonic() - start)
+    print(f"  10 out-of-order segments sent in {(time.monotonic() - start) * 1000 - 50:.2f} ms or less: "
+          f"{len(acks)} ACKs, at " + ", ".join(f"{t * 1000:.2f}" for t in acks) + " ms")
+    print(f"  TcpExtTCPAckCompressed +{_netstat(ns, 'TcpExtTCPAckCompressed') - before}")
+    c.seq = hole
+    child.close()
+    lst.close()
+
+
 if __name__ == "__main__":
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("SYN-ACK window and scale (tcp_rmem 4096 540000 15728640, as defaults.sh):")
@@ -439,3 +591,15 @@ if __name__ == "__main__":
     probe_session("rcvprobe", rcv_mss)
     print("the window after the handshake (tcp_select_window, tcp_grow_window, scaling_ratio):")
     probe_session("rcvprobe", window_after_handshake)
+    print("SO_RCVBUF / SO_SNDBUF and their FORCE variants (sk_setsockopt):")
+    buffer_options()
+    print("tcp_shrink_window=1, the reader asleep:")
+    probe_session("rcvprobe", shrink_window, sysctls=["net.ipv4.tcp_shrink_window=1"])
+    print("tcp_shrink_window=0 (the default), the same:")
+    probe_session("rcvprobe", shrink_window)
+    print("SACK compression (tcp_comp_sack_*), defaults:")
+    probe_session("rcvprobe", sack_compression)
+    print("SACK compression off (tcp_comp_sack_nr=0):")
+    probe_session("rcvprobe", sack_compression, sysctls=["net.ipv4.tcp_comp_sack_nr=0"])
+    print("SYN-cookie SYN-ACKs (tcp_syncookies=2):")
+    probe_session("rcvprobe", cookie_synack, sysctls=["net.ipv4.tcp_syncookies=2"])

@@ -59,9 +59,11 @@ __all__ = [
     "SO_LINGER",
     "SO_MARK",
     "SO_RCVBUF",
+    "SO_RCVBUFFORCE",
     "SO_REUSEADDR",
     "SO_REUSEPORT",
     "SO_SNDBUF",
+    "SO_SNDBUFFORCE",
     "SO_TIMESTAMPING",
     "SO_TYPE",
     "SO_ZEROCOPY",
@@ -128,6 +130,8 @@ SO_RCVBUF: Final = 8
 SO_KEEPALIVE: Final = 9
 SO_LINGER: Final = 13
 SO_REUSEPORT: Final = 15
+SO_SNDBUFFORCE: Final = 32
+SO_RCVBUFFORCE: Final = 33
 SO_ACCEPTCONN: Final = 30
 SO_MARK: Final = 36            # the routing mark (fwmark): stored, no policy routing here
 SO_TIMESTAMPING: Final = 37    # transmit timestamps on the error queue (usertcp.tcp.timestamping)

@@ -161,6 +161,8 @@ class Output:
             c.last_ack_sent = c.rcv_nxt
             rx.ack_pending = 0
             tm.delack_deadline = INF
+            if rx.comp.count:
+                rx.compressed_acks_sent()
             rx.dsack = None
         tos = c.tos
         ef = c.ecn_flags

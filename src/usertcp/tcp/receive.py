@@ -18,6 +18,7 @@ from usertcp.tcp.buffers import truesize
 from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.reassembly import OOO_CHUNK_OVERHEAD
 from usertcp.tcp.recovery import ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
+from usertcp.tcp.sack_compress import SackCompress, compress_delay
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
 from usertcp.tcp.wakeup import KEY_READABLE
@@ -44,7 +45,7 @@ _REMNANT = FIN | URG | SYN | PSH   # Linux TCP_REMNANT: flags a full-sized segme
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "ato", "ce_state", "conn", "drs", "dsack", "last_seg_size",
+    __slots__ = ("ack_now", "ack_pending", "ato", "ce_state", "comp", "conn", "drs", "dsack", "last_seg_size",
                  "lrcvtime", "pingpong", "quickack", "rcv_wnd", "rcv_wnd_initial", "scaling_ratio",
                  "window_clamp")
 
@@ -64,6 +65,7 @@ class Receive:
         self.rcv_wnd = MAX_WINDOW      # Linux tp->rcv_wnd: the window last offered (unscaled bytes)
         self.scaling_ratio = DEFAULT_SCALING_RATIO   # Linux tp->scaling_ratio (tcp/window.py)
         self.drs = RcvSpace()          # receive buffer auto-tuning (tcp/autotune.py)
+        self.comp = SackCompress()     # ACKs held back while data is out of order
 
     def init_window(self, wscale_ok: bool) -> None:
         """The first window, its clamp and the window scale, before our SYN or SYN-ACK
@@ -374,13 +376,15 @@ class Receive:
                 if dup is not None:       # Linux tcp_data_queue_ofo: D-SACK what was held
                     self.dsack = (seg_off + dup[0], seg_off + dup[1])
                     mib["TcpExtTCPDSACKOfoSent"] += 1
+            held = self.rmem_alloc()
             if not c.ooo.add((irs + seg_off) & SEQ_MASK, payload, fin, (irs + nxt) & SEQ_MASK):
                 mib["TcpExtTCPOFODrop"] += 1
             else:
                 mib["TcpExtTCPOFOQueue"] += 1
-                if c.sack_ok:     # tcp_data_queue_ofo: not without SACK, to force the dup ACKs
-                    self.grow_window(plen, truesize(payload))
-            self.schedule_ack(now, immediate=True)
+                if c.sack_ok:     # tcp_data_queue_ofo: not without SACK, to force the dup ACKs;
+                    # and before the segment is charged (skb_set_owner_r comes after)
+                    self.grow_window(plen, truesize(payload), held)
+            self.schedule_ack(now, ofo=True)
 
     def _no_room(self, seg_off: int, payload: memoryview, now: float) -> bool:
         """Drop (and ACK) data the buffers cannot take; True when dropped.
@@ -393,6 +397,8 @@ class Receive:
         mib = c.mib
         plen = len(payload)
         in_order = seg_off == c.rcv_nxt
+        if c.rcv_buf.charged > c.rcvbuf_limit:
+            self.clamp_window()      # tcp_try_rmem_schedule -> tcp_prune_queue -> tcp_clamp_window
         if seg_off + plen > c.rcv_adv:
             mib["UsertcpBeyondWindow"] += 1
         if len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
@@ -528,13 +534,14 @@ class Receive:
         self.pingpong = False
         self.ato = self.conn.config.delack_min
 
-    def grow_window(self, plen: int, cost: int) -> None:
+    def grow_window(self, plen: int, cost: int, held: int = -1) -> None:
         """Linux tcp_grow_window: a segment whose overhead the buffer can carry opens
         rcv_ssthresh (by two segments, or twice its length), up to the clamp and the free
-        space, and earns a quick ACK; under memory pressure rcv_ssthresh drops instead."""
+        space, and earns a quick ACK; under memory pressure rcv_ssthresh drops instead.
+        ``held``: the buffer memory to count (default: what is held now)."""
         c = self.conn
         ratio = self.scaling_ratio
-        space = ((c.rcvbuf_limit - self.rmem_alloc()) * ratio) >> 8      # tcp_space
+        space = ((c.rcvbuf_limit - (self.rmem_alloc() if held < 0 else held)) * ratio) >> 8   # tcp_space
         clamp = self.window_clamp
         room = (clamp if 0 < clamp < space else space) - c.rcv_ssthresh
         if room <= 0:
@@ -548,8 +555,10 @@ class Receive:
             c.rcv_ssthresh += min(room, incr)
             self.quickack |= 1                        # icsk_ack.quick |= 1
 
-    def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
-        """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
+    def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0,
+                     ofo: bool = False) -> None:
+        """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start;
+        ``ofo``: out-of-order data arrived, whose ACKs Linux may compress (tcp/sack_compress.py)."""
         c = self.conn
         tm = c.timers
         self.ack_pending += max(length, 1)
@@ -560,9 +569,14 @@ class Receive:
             self.quickack -= 1
             self.ack_now = True
             return
-        # Linux __tcp_ack_snd_check: more than one full frame received since the last ACK.
-        if c.rcv_nxt - c.last_ack_sent > c.rcv_mss:
+        # Linux __tcp_ack_snd_check: more than one full frame received since the last ACK, and
+        # the window's right edge would move at least as far (tcp_recvmsg ACKs otherwise),
+        # or nothing waits to be read (SO_RCVLOWAT 1).
+        if c.rcv_nxt - c.last_ack_sent > c.rcv_mss and (not c.rcv_buf.size or self.offer() >= self.rcv_wnd):
             self.ack_now = True
+            return
+        if ofo and not c.ooo.empty:
+            self._compress_sack(now)
             return
         ato = self.delack_timeout()
         if ato <= 0 or (tm.delack_deadline != INF and tm.delack_deadline <= now + ato / 4):
@@ -573,15 +587,49 @@ class Receive:
         tm.delack_deadline = min(tm.delack_deadline, now + ato)
 
 
+    def _compress_sack(self, now: float) -> None:
+        """Linux __tcp_ack_snd_check with out-of-order data queued: three duplicate ACKs at
+        once, then held back, one per timer (tcp/sack_compress.py)."""
+        c = self.conn
+        cfg = c.config
+        if not c.sack_ok or not self.comp.hold(c.rcv_nxt, cfg.comp_sack_nr):
+            self.ack_now = True
+            return
+        tm = c.timers
+        if tm.sack_deadline == INF:
+            tm.sack_deadline = now + compress_delay(self.drs.rtt_us, c.rtt.srtt, cfg.comp_sack_delay_ns)
+
+    def compressed_ack_timer(self, now: float) -> None:
+        """Linux tcp_compressed_ack_kick: one ACK for the ones held (it is not counted as
+        compressed)."""
+        comp = self.comp
+        if comp.count:
+            comp.count -= 1
+            self.conn.tx.send_ack(now)
+
+    def compressed_acks_sent(self) -> None:
+        """An ACK went out: the held ones it replaces are TcpExtTCPAckCompressed, the timer
+        stops (Linux tcp_event_ack_sent)."""
+        c = self.conn
+        c.mib["TcpExtTCPAckCompressed"] += self.comp.count
+        self.comp.count = 0
+        c.timers.sack_deadline = INF
+
     def after_read(self, now: float) -> None:
-        """Send a window update if reading opened the window a lot (Linux tcp_cleanup_rbuf)."""
+        """Linux tcp_cleanup_rbuf after a read: the ACK of every second full segment that the
+        input path left to the reader (its window would not have moved), or a window update
+        if reading opened the window a lot."""
         c = self.conn
         if c.state not in RECEIVING:
             return
         self.space_adjust(now)                 # tcp_recvmsg: tcp_rcv_space_adjust, then cleanup
+        if self.ack_pending and c.rcv_nxt - c.last_ack_sent > c.rcv_mss:
+            c.tx.send_ack(now)
+            c.reschedule()
+            return
         cur = max(c.rcv_adv - c.rcv_nxt, 0)
-        # Linux tcp_cleanup_rbuf: update when the window at least doubles and was at most half
-        # the clamp ("__tcp_select_window() is not cheap": only then is it asked).
+        # Update when the window at least doubles and was at most half the clamp
+        # ("__tcp_select_window() is not cheap": only then is it asked).
         if 2 * cur > self.window_clamp:
             return
         new = self.offer()

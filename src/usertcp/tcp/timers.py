@@ -30,7 +30,8 @@ class Timers:
 
     __slots__ = ("conn", "delack_deadline", "first_rto_time", "keepalive_deadline", "probe_backoff",
                  "probe_deadline", "probes_out", "probes_tstamp", "rack_deadline", "retransmits",
-                 "rto_deadline", "time_wait_deadline", "tlp_deadline", "tlp_high", "tx_refused")
+                 "rto_deadline", "sack_deadline", "time_wait_deadline", "tlp_deadline", "tlp_high",
+                 "tx_refused")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -41,6 +42,7 @@ class Timers:
         self.time_wait_deadline = INF  # TIME_WAIT 2 MSL, or an orphan's FIN_WAIT_2 timeout
         self.tlp_deadline = INF        # the probe timeout (PTO)
         self.rack_deadline = INF       # the RACK reordering timer
+        self.sack_deadline = INF       # compressed SACKs (tcp/sack_compress.py; Linux's hrtimer)
         self.probes_out = 0            # zero-window or keepalive probes without answer
         self.probe_backoff = 0         # Linux icsk_backoff of the probe timer (tcp_probe0_when)
         self.probes_tstamp = -1.0      # first probe of the episode (icsk_probes_tstamp); -1: none
@@ -52,10 +54,12 @@ class Timers:
     def stop(self) -> None:
         """Stop the retransmission, delayed-ACK, probe and keepalive timers."""
         self.rto_deadline = self.delack_deadline = self.probe_deadline = self.keepalive_deadline = INF
+        self.sack_deadline = INF
 
     def next_deadline(self) -> float:
         return min(self.rto_deadline, self.delack_deadline, self.probe_deadline,
-                   self.keepalive_deadline, self.time_wait_deadline, self.tlp_deadline, self.rack_deadline)
+                   self.keepalive_deadline, self.time_wait_deadline, self.tlp_deadline, self.rack_deadline,
+                   self.sack_deadline)
 
     def handle(self, now: float) -> None:
         c = self.conn
@@ -90,6 +94,9 @@ class Timers:
                 c.mib["TcpExtDelayedACKs"] += 1
                 c.rx.delack_fired()
                 tx.send_ack(now)
+        if c.state is not State.CLOSED and now >= self.sack_deadline:
+            self.sack_deadline = INF
+            c.rx.compressed_ack_timer(now)
         if c.state is not State.CLOSED and now >= self.probe_deadline:
             self.probe_deadline = INF
             self.on_probe(now)
