@@ -80,6 +80,12 @@ class Receive:
         self.rcv_wnd_initial = self.rcv_wnd = rcv_wnd
         c.rcv_ssthresh = min(c.rcv_ssthresh, rcv_wnd)
 
+    def opened(self, now: float) -> None:
+        """The connection is open (tcp_finish_connect / tcp_create_openreq_child): data counts
+        as arriving from now, and the receive buffer is set up (tcp_init_buffer_space)."""
+        self.lrcvtime = now
+        self.init_buffer_space(now)
+
     def init_buffer_space(self, now: float) -> None:
         """Linux tcp_init_buffer_space, its receive part, when the connection opens: the clamp
         keeps one segment of the buffer in reserve (tcp_app_win), rcv_ssthresh starts below it."""
