@@ -25,6 +25,7 @@ from usertcp.api.sockopts import SocketOptions
 from usertcp.tcp.autotune import RcvSpace, rcvbuf_for
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
+from usertcp.tcp.info import tcp_info
 from usertcp.tcp.window import grow_increment, initial_window, scaling_ratio, select_window, win_from_space
 from usertcp.wire.tcp import encode_options
 
@@ -184,6 +185,9 @@ def test_receive_buffer_auto_tuning_grows_and_follows_settings() -> None:
     grown = run(StackConfig())
     assert grown.rcvbuf_limit > RMEM1                                   # DRS grew it
     assert grown.rx.window_clamp == win_from_space(grown.rcvbuf_limit, grown.rx.scaling_ratio)
+    info = tcp_info(grown)
+    assert 0 < info["tcpi_rcv_rtt"] < 100_000                          # the 10 ms link RTT, in us
+    assert info["tcpi_rcv_space"] > 10 * 1448 and info["tcpi_rcv_ssthresh"] == grown.rcv_ssthresh
     assert run(StackConfig(moderate_rcvbuf=False)).rcvbuf_limit == RMEM1
     assert run(StackConfig(), rcvbuf=100_000).rcvbuf_limit == 200_000    # SO_RCVBUF locks it
 
