@@ -403,7 +403,7 @@ class Receive:
         mib = c.mib
         plen = len(payload)
         in_order = seg_off == c.rcv_nxt
-        if c.rcv_buf.charged > c.rcvbuf_limit:
+        if self.rmem_alloc() > c.rcvbuf_limit:
             self.clamp_window()      # tcp_try_rmem_schedule -> tcp_prune_queue -> tcp_clamp_window
         if seg_off + plen > c.rcv_adv:
             mib["UsertcpBeyondWindow"] += 1
