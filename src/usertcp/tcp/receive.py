@@ -448,14 +448,18 @@ class Receive:
             if ooo_fin:
                 fin = True
             nxt += seq_diff(new_seq, nxt_seq)
-            immediate = True       # RFC 5681 §4.2: ACK at once when a hole fills
+            # RFC 5681 §4.2, as Linux tcp_data_queue: at once when the gap is closed; while one
+            # remains, as out-of-order data (RCV.NXT moved, so that ACK goes at once too, and it
+            # counts among the duplicates SACK compression sends before it holds any).
+            immediate = c.ooo.empty
+            ofo = not immediate
         else:
-            immediate = False
+            immediate = ofo = False
         c.rcv_nxt = nxt
         if fin:
             self._fin(now, plen, immediate)
-        elif plen or immediate:
-            self.schedule_ack(now, immediate=immediate, length=plen)
+        elif plen or immediate or ofo:
+            self.schedule_ack(now, immediate=immediate, length=plen, ofo=ofo)
         if fin or plen:
             c.wake(KEY_READABLE)  # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
