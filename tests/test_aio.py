@@ -7,7 +7,7 @@ import io
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import pytest
@@ -306,6 +306,83 @@ def test_preload_is_reachable_from_start_server() -> None:
     run(main())
 
 
+def greeter(greeting: bytes, parts: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                                      Awaitable[None]]:
+    """A server that writes ``greeting`` itself (in ``parts`` writes), then echoes one line."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        step = -(-len(greeting) // parts)
+        for i in range(0, len(greeting), step):
+            writer.write(greeting[i:i + step])
+            await asyncio.sleep(0.01)       # separate writes, separate transport calls
+        writer.write(await reader.readline())
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+    return handle
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_preload_app_sends_it_sends_the_greeting_once(parts: int) -> None:
+    """An unmodified server writes the greeting the listener already sent: with app_sends_it the
+    peer gets the stream the application wrote (greeting once), the greeting before any write."""
+    async def main() -> tuple[bytes, dict[str, int]]:
+        net, a, b = network()
+        aio.AsyncioDriver(net)
+        greeting = b"220 mail.test ESMTP\r\n"
+        server = await aio.start_server(greeter(greeting + b"250-more\r\n", parts), B, 25, stack=b,
+                                        preload=greeting, app_sends_preload=True)
+        reader, writer = await aio.open_connection(B, 25, stack=a)
+        first = await reader.readline()
+        assert first == greeting
+        writer.write(b"EHLO x\r\n")
+        rest = await reader.read()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return first + rest, server.preload_repeats
+    stream, repeats = run(main())
+    assert stream == b"220 mail.test ESMTP\r\n250-more\r\nEHLO x\r\n"
+    assert repeats == {"matched": 1, "mismatched": 0}
+
+
+def test_preload_app_sends_it_never_drops_different_bytes() -> None:
+    """Bytes that are not the preload are sent as written, and the mismatch is reported."""
+    async def main() -> tuple[bytes, dict[str, int], list[str]]:
+        net, a, b = network()
+        aio.AsyncioDriver(net)
+        reported: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx["message"]))
+        server = await aio.start_server(greeter(b"220 other name\r\n", 1), B, 25, stack=b,
+                                        preload=b"220 mail.test\r\n", app_sends_preload=True)
+        reader, writer = await aio.open_connection(B, 25, stack=a)
+        writer.write(b"x\r\n")
+        stream = await reader.read()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return stream, server.preload_repeats, reported
+    stream, repeats, reported = run(main())
+    assert stream == b"220 mail.test\r\n220 other name\r\nx\r\n"
+    assert repeats == {"matched": 0, "mismatched": 1}
+    assert len(reported) == 1 and "differ from the listener's preload" in reported[0]
+
+
+def test_preload_without_app_sends_it_sends_every_written_byte() -> None:
+    async def main() -> bytes:
+        net, a, b = network()
+        aio.AsyncioDriver(net)
+        greeting = b"220 mail.test\r\n"
+        server = await aio.start_server(greeter(greeting, 1), B, 25, stack=b, preload=greeting)
+        reader, writer = await aio.open_connection(B, 25, stack=a)
+        writer.write(b"x\r\n")
+        stream = await reader.read()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return stream
+    assert run(main()) == b"220 mail.test\r\n" * 2 + b"x\r\n"
+
+
 def test_objects_ring_collects_a_transport_connection() -> None:
     async def main() -> None:
         net, a, b = network()
@@ -345,17 +422,20 @@ class FakeTun:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def read_batch(self, max_packets: int = 64) -> list[tuple[memoryview, bool]]:
-        out: list[tuple[memoryview, bool]] = []
+    def read_segments(self, max_packets: int = 64) -> list[tuple[memoryview, bool, int]]:
+        out: list[tuple[memoryview, bool, int]] = []
         while len(out) < max_packets:
             try:
-                out.append((memoryview(self.sock.recv(65536)), False))
+                out.append((memoryview(self.sock.recv(65536)), False, 0))
             except BlockingIOError:
                 break
         return out
 
-    def write(self, packet: Buffer | TxPacket) -> None:
-        self.sock.send(packet.tobytes() if hasattr(packet, "tobytes") else bytes(packet))
+    def write_packets(self, packets: Sequence[Buffer | TxPacket]) -> tuple[int, int, list[Exception]]:
+        nbytes = 0
+        for packet in packets:
+            nbytes += self.sock.send(packet.tobytes() if isinstance(packet, TxPacket) else bytes(packet))
+        return len(packets), nbytes, []
 
 
 def test_tun_driver_runs_a_stack_from_add_reader() -> None:

@@ -22,8 +22,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from netns_helpers import namespace_fixture
 from tls_certs import Pki, make_pki
 from usertcp import aio
-from usertcp import socket as usocket
-from usertcp.bench.apps import PreloadedSMTP, asgi_app, smtp_greeting
+from usertcp.bench.apps import asgi_app, smtp_greeting
 from usertcp.net.tun import TunDevice
 from usertcp.tcp.stack import Stack
 
@@ -131,10 +130,13 @@ def test_aiosmtpd_preloaded_over_tun_with_openssl_and_smtplib(ns: str, pki: Pki,
         lsock = loop.socket()
         lsock.bind((US, 25))
         lsock.listen(64)
-        lsock.send(smtp_greeting("mail.test"), usocket.MSG_PRELOAD)
         tls = pki.server_context()
         server = await loop.create_server(
-            lambda: PreloadedSMTP(handler, hostname="mail.test", tls_context=tls), sock=lsock)
+            lambda: SMTP(handler, hostname="mail.test", tls_context=tls), sock=lsock, start_serving=False)
+        assert isinstance(server, aio.Server)
+        # aiosmtpd unmodified: its own greeting is the preload's repeat, not sent twice.
+        server.preload(smtp_greeting("mail.test"), app_sends_it=True)
+        await server.start_serving()
         # The kernel's nc-like read of the banner alone: it comes from the stack, unasked.
         banner = await run_in_ns(ns, sys.executable, "-c",
                                  "import socket,sys; s=socket.create_connection((sys.argv[1], 25), 5);"
@@ -145,6 +147,8 @@ def test_aiosmtpd_preloaded_over_tun_with_openssl_and_smtplib(ns: str, pki: Pki,
                                    stdin=b"QUIT\n")
         smtplib_run = await run_in_ns(ns, sys.executable, str(script), US, str(pki.ca_file))
         server.close()
+        # s_client and smtplib read the greeting once, then talked: aiosmtpd's own copy matched.
+        assert server.preload_repeats["matched"] >= 2 and server.preload_repeats["mismatched"] == 0
         return banner, s_client, smtplib_run
 
     try:

@@ -105,6 +105,9 @@ class Checker:
     def __init__(self, peer: ScriptedPeer, conn: Connection) -> None:
         self.peer = peer
         self.conn = conn
+        # SO_OOBINLINE: urgent bytes stay in the stream, so recv() returns exactly the stream
+        # (without it an urgent byte is out of band, as in Linux: tcp/urgent.py).
+        conn.rx.urgent.set_inline(True)
         self.delivered = bytearray()
         self.rcv_nxt: dict[int, tuple[Connection, int]] = {}
         self.readable = True

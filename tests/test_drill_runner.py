@@ -168,11 +168,13 @@ NO_OFFLOAD = "`ethtool -K tun0 tso off gso off`\n"
 
 
 def test_aggregation_of_consecutive_segments() -> None:
-    # Per packet (no TSO, no GSO): three MSS segments, aggregated or matched one by one.
+    # Per packet (no TSO, no GSO): three MSS segments, aggregated or matched one by one. TCP
+    # still builds GSO skbs (two segments here, tcp_tso_autosize) that software GSO cuts, PSH
+    # on the last packet of each (6.18 on this machine, nagle/https_client at its 100 ms RTT).
     write = "   +0 write(4, ..., 3000) = 3000\n"
     assert_passed(run(NO_OFFLOAD + HANDSHAKE + write + "   +0 > P. 1:3001(3000) ack 1\n"))
     split = (
-        "   +0 > . 1:1001(1000) ack 1\n   +0 > . 1001:2001(1000) ack 1\n   +0 > P. 2001:3001(1000) ack 1\n"
+        "   +0 > . 1:1001(1000) ack 1\n   +0 > P. 1001:2001(1000) ack 1\n   +0 > P. 2001:3001(1000) ack 1\n"
     )
     assert_passed(run(NO_OFFLOAD + HANDSHAKE + write + split))
 
@@ -405,11 +407,9 @@ def test_ecn_sender_reduction_in_script_form() -> None:
     assert_passed(run(text))
 
 
-def test_ecn_off_in_the_profile_and_accecn_not_modelled() -> None:
+def test_ecn_off_in_the_profile() -> None:
     res = run(ECN_HANDSHAKE.replace("tcp_ecn=2", "tcp_ecn=0"))
     assert res.status == "failed" and res.line == 7            # plain S. without ECE
-    res = run(ECN_HANDSHAKE.replace("tcp_ecn=2", "tcp_ecn=3"))
-    assert res.status == "skipped" and "tcp_ecn=3 not modelled" in res.reason
 
 
 def test_non_syn_numbers_are_relative_to_the_live_isn() -> None:

@@ -126,8 +126,7 @@ def test_sysctl_mapping_and_defaults() -> None:
     cfg = StackConfig()
     assert cfg.apply_sysctl("net.ipv4.tcp_ecn", "1") and cfg.ecn == 1
     assert cfg.apply_sysctl("net.ipv4.tcp_ecn_fallback", "0") and not cfg.ecn_fallback
-    assert not cfg.apply_sysctl("net.ipv4.tcp_ecn", "3")     # AccECN: not modelled
-    assert cfg.ecn == 1
+    assert cfg.apply_sysctl("net.ipv4.tcp_ecn", "3") and cfg.ecn == 3    # AccECN (tcp/accecn.py)
     with pytest.raises(ValueError):
         cfg.apply_sysctl("net.ipv4.tcp_ecn", "9")
 

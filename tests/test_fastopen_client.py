@@ -28,10 +28,11 @@ from usertcp.tcp import fastopen
 from usertcp.tcp.config import TFO_CLIENT_ENABLE, TFO_CLIENT_NO_COOKIE, StackConfig
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.fastopen_client import TFO_DATA_NOT_ACKED, ClientTfo, CookieEntry
+from usertcp.tcp.recovery import CA_LOSS
 from usertcp.tcp.stack import Stack
 from usertcp.wire import icmp
 from usertcp.wire.packet import build_packet, parse_packet
-from usertcp.wire.segment import ACK, RST, SYN, DropPacket, NotTcp, Segment
+from usertcp.wire.segment import ACK, PSH, RST, SYN, DropPacket, NotTcp, Segment
 from usertcp.wire.tcp import encode_options
 
 FAMILIES = {
@@ -150,6 +151,35 @@ def test_unacked_syn_data_is_resent_at_once(family: str) -> None:
     assert c.info()["tcpi_fastopen_client_fail"] == TFO_DATA_NOT_ACKED
     entry = p.hooks.client.cache.get(p.remote)
     assert entry is not None and entry.cookie == COOKIE and entry.syn_loss == 0   # not a loss
+
+
+def test_unacked_syn_data_is_marked_lost_and_retransmitted_in_the_loss_state(family: str) -> None:
+    """tcp_rcv_fastopen_synack: tcp_mark_skb_lost on the SYN's data skb, then
+    tcp_non_congestion_loss_retransmit: a retransmission (tcpi_retrans, total_retrans,
+    TcpRetransSegs) of its own skb (ACK|PSH), in the Loss state, not new data."""
+    p = Peer(family)
+    p.cache()
+    c = p.conn()
+    assert fastopen.tfo_connect(c, bytes(1300), 0.0) == 1300
+    (syn,) = p.out()
+    out = p.synack(c, syn, acked=100, mss=1000, t=0.02)            # a partial ACK, smaller MSS
+    rtx = [s for s in out if len(s.payload)]                        # one skb, segmented (no GSO)
+    assert [len(s.payload) for s in rtx] == [1000, 200] and rtx[0].seq == (syn.seq + 101) & 0xFFFFFFFF
+    assert rtx[-1].flags == ACK | PSH
+    info = c.info()
+    assert info["tcpi_retrans"] == 2 and info["tcpi_total_retrans"] == 2   # two segments' worth
+    assert info["tcpi_ca_state"] == CA_LOSS and info["tcpi_snd_cwnd"] == 10   # no cwnd cut
+    assert p.stack.counters["TcpRetransSegs"] == 2
+    # A later write is a new skb after the SYN's: new data, not counted as retransmitted.
+    c.send(bytes(500), 0.02)
+    (new,) = [s for s in p.out() if len(s.payload)]
+    assert new.seq == (syn.seq + 1301) & 0xFFFFFFFF and len(new.payload) == 500
+    assert c.info()["tcpi_retrans"] == 2
+    ack = build_packet(src=p.remote, dst=p.local, sport=80, dport=c.local_port, seq=7001,
+                       ack=(syn.seq + 1801) & 0xFFFFFFFF, flags=ACK, window=65535)
+    p.stack.receive(ack.tobytes(), 0.04)
+    info = c.info()
+    assert info["tcpi_retrans"] == 0 and info["tcpi_ca_state"] == 0     # recovery point reached
 
 
 def test_syn_data_lost_then_plain_synack_is_negatively_cached(family: str) -> None:

@@ -6,9 +6,12 @@ TCP client of a hand-driven peer (10.77.0.2, inside the namespace only), replays
 a packetdrill script and prints the kernel's data packets as the device gets them (one per
 skb with TSO).  It is the evidence behind the notes on nagle/https_client.pkt and
 sack/sack-route-refresh-ip-tos.pkt (issue 3), and behind the skb model of issue 14: PSH on
-every multi-segment TSO packet (6.18), half the cwnd per packet (tcp_cwnd_test), MSG_EOR skbs
-never coalesced, and later skbs pulled into the one being sent (tcp_grow_skb), which the
-eor/, tests/drill/sndbuf-skb-accounting.pkt and MSG_MORE probes show.
+every multi-segment TSO packet (__tcp_transmit_skb: "Force a PSH flag on all (GSO) packets to
+expedite GRO flush at receiver", when tcp_skb_pcount(skb) > 1), half the cwnd per packet
+(tcp_cwnd_test), MSG_EOR skbs never coalesced, and later skbs pulled into the one being sent
+(tcp_grow_skb, 6.10+), which the eor/, tests/drill/sndbuf-skb-accounting.pkt, MSG_MORE and
+epoll/notsent_lowat probes show; and why the FreeBSD fr-4pkt-sack-bsd.pkt cannot pass on a
+Linux TSO link.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ MSG_EOR, MSG_MORE = 0x80, 0x8000
 SockOpt = tuple[int, int, int | bytes]
 
 
-def _kernel_connects(dev: TunDevice, rd: PacketReader, ns: str, port: int,
+def kernel_connects(dev: TunDevice, rd: PacketReader, ns: str, port: int,
                      sockopts: list[SockOpt], synack_opts: bytes,
                      window: int, rtt: float = 0.0) -> tuple[socket.socket, Tcp, int]:
     """The kernel connects to us (``port``) with ``sockopts``; we answer its SYN after
@@ -56,15 +59,17 @@ def _kernel_connects(dev: TunDevice, rd: PacketReader, ns: str, port: int,
     return s, syn, iss + 1
 
 
-def _show(seg: Tcp, base: int) -> None:
+def show(seg: Tcp, base: int) -> None:
     rel = seg.seq - base
     print(f"  {'P.' if seg.flags & TCP_PSH else '. '} {rel}:{rel + len(seg.payload)}({len(seg.payload)})")
 
 
-def https_client(dev: TunDevice, rd: PacketReader, ns: str) -> None:
-    """nagle/https_client.pkt: no TSO/GSO on the device, TCP_NODELAY, mss 974, writes 517, 51, 2002."""
+def https_client(dev: TunDevice, rd: PacketReader, ns: str, rtt: float = 0.0) -> None:
+    """nagle/https_client.pkt: no TSO/GSO on the device, TCP_NODELAY, mss 974, writes 517, 51, 2002;
+    ``rtt``: how long we hold our SYN-ACK (the kernel's first RTT sample)."""
     opts = struct.pack("!BBH", 2, 4, 974) + bytes([1, 1, 4, 2, 1, 3, 3, 7])
-    s, syn, me = _kernel_connects(dev, rd, ns, 443, [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], opts, 5792)
+    s, syn, me = kernel_connects(dev, rd, ns, 443, [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], opts, 5792,
+                                 rtt=rtt)
     base = syn.seq
     for n, pause in ((517, 0.1), (51, 0.03), (2002, 0.0)):
         s.send(b"x" * n)
@@ -72,7 +77,7 @@ def https_client(dev: TunDevice, rd: PacketReader, ns: str) -> None:
         end = 0
         while end < want:
             seg, _, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0)
-            _show(seg, base)
+            show(seg, base)
             end = seg.seq + len(seg.payload)
         time.sleep(pause)
         hdr, _ = build_tcp(US, PEER, 443, syn.sport, me, end, TCP_ACK, window=229)
@@ -84,7 +89,7 @@ def sack_route_refresh(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """sack/sack-route-refresh-ip-tos.pkt: TSO device, writes 5840, 5840, 14600, then a SACK."""
     opts = struct.pack("!BBH", 2, 4, 1460) + bytes([1, 3, 3, 2, 1, 1, 4, 2])
     # IP_MTU_DISCOVER (10) = IP_PMTUDISC_DONT, as the script sets it.
-    s, syn, me = _kernel_connects(dev, rd, ns, 8080, [(socket.IPPROTO_IP, 10, 0)], opts, 65535)
+    s, syn, me = kernel_connects(dev, rd, ns, 8080, [(socket.IPPROTO_IP, 10, 0)], opts, 65535)
     base = syn.seq
     def ack(n: int, sack: tuple[tuple[int, int], ...] = ()) -> None:
         o = b""
@@ -100,7 +105,7 @@ def sack_route_refresh(dev: TunDevice, rd: PacketReader, ns: str) -> None:
         end = 0
         while end < base + upto:
             seg, _, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0)
-            _show(seg, base)
+            show(seg, base)
             end = seg.seq + len(seg.payload)
         if acked:
             time.sleep(0.01)
@@ -110,17 +115,17 @@ def sack_route_refresh(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     print("  after <sack 16061:17521 20441:26281>, ack 13141:")
     for _ in range(3):
         seg, _, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0)
-        _show(seg, base)
+        show(seg, base)
     s.close()
 
 
 # Linux defaults the corpus' defaults.sh sets that matter here; the qdisc is a pfifo, as there.
-_CORPUS_SYSCTLS = ["net.ipv4.tcp_timestamps=0", "net.ipv4.tcp_slow_start_after_idle=0",
+CORPUS_SYSCTLS = ["net.ipv4.tcp_timestamps=0", "net.ipv4.tcp_slow_start_after_idle=0",
                    "net.ipv4.tcp_wmem=4096 262144 4194304"]
-_CUBIC: SockOpt = (socket.IPPROTO_TCP, TCP_CONGESTION, b"cubic")
+CUBIC: SockOpt = (socket.IPPROTO_TCP, TCP_CONGESTION, b"cubic")
 
 
-def _pfifo(ns: str) -> None:
+def pfifo(ns: str) -> None:
     subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "ut0", "root", "pfifo"],
                    check=True)
 
@@ -140,15 +145,15 @@ class _Peer:
         end = 0
         while end < self.syn.seq + upto:
             seg, _, _ = self.rd.next(lambda seg, p, ok: len(seg.payload) > 0)
-            _show(seg, self.syn.seq)
+            show(seg, self.syn.seq)
             end = seg.seq + len(seg.payload)
 
 
 def eor_no_coalesce(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """eor/no-coalesce-small.pkt: writes 10400, 400 with MSG_EOR, 10000 at mss 1000."""
-    _pfifo(ns)
+    pfifo(ns)
     opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 10])
-    s, syn, me = _kernel_connects(dev, rd, ns, 8080, [_CUBIC], opts, 32792, rtt=0.01)
+    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC], opts, 32792, rtt=0.01)
     peer = _Peer(dev, rd, syn, me, 8080, 514)
     peer.ack(1)
     time.sleep(0.01)
@@ -165,9 +170,9 @@ def eor_no_coalesce(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 
 def tso_psh_msg_more(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """30000 bytes written with MSG_MORE (no PSH mark on any skb): which packets carry PSH?"""
-    _pfifo(ns)
+    pfifo(ns)
     opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 7])
-    s, syn, me = _kernel_connects(dev, rd, ns, 8080, [_CUBIC], opts, 65535, rtt=0.01)
+    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC], opts, 65535, rtt=0.01)
     peer = _Peer(dev, rd, syn, me, 8080, 65535)
     peer.ack(1)
     time.sleep(0.01)
@@ -183,9 +188,9 @@ def tso_psh_msg_more(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 def sndbuf_skb_layout(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """tests/drill/sndbuf-skb-accounting.pkt: SO_SNDBUF 21000, a non-blocking 61000-byte
     write at a 100 ms RTT with tcp_min_tso_segs 10, then ACKs of 10000 and 30000 bytes."""
-    _pfifo(ns)
+    pfifo(ns)
     opts = struct.pack("!BBH", 2, 4, 1000) + bytes([1, 3, 3, 0])
-    s, syn, me = _kernel_connects(dev, rd, ns, 8080, [_CUBIC, (socket.SOL_SOCKET, socket.SO_SNDBUF, 21000)],
+    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC, (socket.SOL_SOCKET, socket.SO_SNDBUF, 21000)],
                                   opts, 50000, rtt=0.1)
     peer = _Peer(dev, rd, syn, me, 8080, 50000)
     time.sleep(0.1)
@@ -201,6 +206,44 @@ def sndbuf_skb_layout(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     s.close()
 
 
+def wmem_50000_after_ack(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """epoll/epoll_out_edge*.pkt, notsent_lowat/notsent-lowat-default.pkt: tcp_wmem 50000, peer
+    window 257 << 7 (skbs of 16000: tcp_bound_to_half_wnd), a 59000-byte non-blocking write,
+    then the ACK of the first 10000 bytes. The scripts expect 10001:26001 (16000 bytes: the
+    rest of the first skb, then 10 segments of the next, as before tcp_grow_skb in 6.10)."""
+    pfifo(ns)
+    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 7])
+    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC], opts, 32792, rtt=0.02)
+    peer = _Peer(dev, rd, syn, me, 8080, 257)
+    peer.ack(1)
+    time.sleep(0.01)
+    s.setblocking(False)
+    print(f"  wrote {s.send(b'x' * 59000)}")
+    peer.show_until(10001)
+    time.sleep(0.02)
+    peer.ack(10001)
+    print("  after ack 10001 (cwnd 20):")
+    peer.show_until(30001)
+    s.close()
+
+
+def bsd_four_segments(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """packetdrill/tests/bsd/fast_retransmit/fr-4pkt-sack-bsd.pkt: RTT 100 ms, 1000 bytes
+    acked, then a 4000-byte write. The FreeBSD script expects four one-MSS packets."""
+    pfifo(ns)
+    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([1, 1, 4, 2, 1, 3, 3, 7])
+    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC], opts, 32792, rtt=0.1)
+    peer = _Peer(dev, rd, syn, me, 8080, 257)
+    s.send(b"x" * 1000)
+    peer.show_until(1001)
+    time.sleep(0.1)
+    peer.ack(1001)
+    time.sleep(0.001)
+    s.send(b"x" * 4000)
+    peer.show_until(5001)
+    s.close()
+
+
 if __name__ == "__main__":
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("https_client (script expects P. on 1543:2517):")
@@ -208,9 +251,15 @@ if __name__ == "__main__":
     print("sack-route-refresh-ip-tos (script expects . 13141:16061, P. 17521:20441):")
     probe_session("pshprobe", sack_route_refresh, offload=True)
     print("eor/no-coalesce-small (script: P. 1:10001, P. 10001:10801, P. 10801:20801):")
-    probe_session("pshprobe", eor_no_coalesce, offload=True, sysctls=_CORPUS_SYSCTLS)
+    probe_session("pshprobe", eor_no_coalesce, offload=True, sysctls=CORPUS_SYSCTLS)
     print("MSG_MORE 30000 bytes (no skb pushed, yet PSH on every multi-segment packet):")
-    probe_session("pshprobe", tso_psh_msg_more, offload=True, sysctls=_CORPUS_SYSCTLS)
+    probe_session("pshprobe", tso_psh_msg_more, offload=True, sysctls=CORPUS_SYSCTLS)
     print("sndbuf-skb-accounting (our script: 60000 written; 10000-byte packets after ack 10001):")
     probe_session("pshprobe", sndbuf_skb_layout, offload=True,
-                  sysctls=[*_CORPUS_SYSCTLS, "net.ipv4.tcp_min_tso_segs=10"])
+                  sysctls=[*CORPUS_SYSCTLS, "net.ipv4.tcp_min_tso_segs=10"])
+    print("notsent-lowat-default, epoll_out_edge* (scripts: 10001:26001 after ack 10001, then nothing):")
+    probe_session("pshprobe", wmem_50000_after_ack, offload=True,
+                  sysctls=[*CORPUS_SYSCTLS[:2], "net.ipv4.tcp_wmem=4096 50000 4194304",
+                           "net.ipv4.tcp_min_tso_segs=10"])
+    print("fr-4pkt-sack-bsd (script: four one-MSS packets, PSH on the last only):")
+    probe_session("pshprobe", bsd_four_segments, offload=True, sysctls=CORPUS_SYSCTLS)

@@ -36,7 +36,7 @@ import selectors
 import socket as _socket
 import ssl as _ssl
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from usertcp.aio.server import (
@@ -456,18 +456,21 @@ class UsertcpEventLoop(asyncio.SelectorEventLoop):
         return child, address
 
     async def sock_recv(self, sock: Any, n: int) -> bytes:
-        s = self._usertcp_socket(sock)
-        if s is None:
-            return await super().sock_recv(sock, n)
-        data: bytes = await self._retry(lambda: s.recv(n), lambda: _readable(s))
+        data: bytes = await self._sock_read(sock, lambda s: s.recv(n), super().sock_recv, n)
         return data
 
     async def sock_recv_into(self, sock: Any, buf: Any) -> int:
+        count: int = await self._sock_read(sock, lambda s: s.recv_into(buf), super().sock_recv_into, buf)
+        return count
+
+    async def _sock_read(self, sock: Any, read: Callable[[usock.Socket], Any],
+                         standard: Callable[[Any, Any], Awaitable[Any]], arg: Any) -> Any:
+        """``read(s)`` on a usertcp socket, retried until it has data or EOF; a kernel socket
+        goes to the standard loop's ``standard(sock, arg)``."""
         s = self._usertcp_socket(sock)
         if s is None:
-            return await super().sock_recv_into(sock, buf)
-        n: int = await self._retry(lambda: s.recv_into(buf), lambda: _readable(s))
-        return n
+            return await standard(sock, arg)
+        return await self._retry(lambda: read(s), lambda: _readable(s))
 
     async def sock_sendall(self, sock: Any, data: Any) -> None:
         s = self._usertcp_socket(sock)

@@ -123,8 +123,10 @@ class Server(asyncio.AbstractServer):
     ``wait_closed()`` waits for the listeners to be closed and for every connection they
     accepted to be lost (the Python 3.12 behaviour). ``preload(data)`` sets the
     listeners' preload (MSG_PRELOAD): data the stack sends on every connection accepted
-    from then on, right after the handshake. With ``ssl``, each accepted connection first
-    completes a TLS handshake (a failure is logged and the connection closed).
+    from then on, right after the handshake; ``preload(data, app_sends_it=True)`` serves an
+    unmodified application that still writes that greeting itself. With ``ssl``, each
+    accepted connection first completes a TLS handshake (a failure is logged and the
+    connection closed).
     """
 
     def __init__(self, driver: LoopDriver, socks: list[usock.Socket], protocol_factory: ProtocolFactory,
@@ -142,6 +144,9 @@ class Server(asyncio.AbstractServer):
         self._remove_hook: Callable[[], None] | None = None
         self._serving_forever: asyncio.Future[None] | None = None
         self._sockets = tuple(TransportSocket(s) for s in socks)
+        self._app_sends_preload = False
+        # Connections whose application repeated the preload exactly / wrote something else.
+        self.preload_repeats = {"matched": 0, "mismatched": 0}
 
     @property
     def listener(self) -> Listener:
@@ -224,12 +229,30 @@ class Server(asyncio.AbstractServer):
         for t in list(self._transports):
             t.abort()
 
-    def preload(self, data: bytes) -> int:
+    def preload(self, data: bytes, *, app_sends_it: bool = False) -> int:
         """Set (replace) the listeners' preload (``setsockopt(TCP_PRELOAD)``; ``send(data,
-        MSG_PRELOAD)`` would append); empty clears it. Returns ``len(data)``."""
+        MSG_PRELOAD)`` would append); empty clears it. Returns ``len(data)``.
+
+        ``app_sends_it``: the application writes the same bytes itself on every connection,
+        as an unmodified server writes its greeting (aiosmtpd, for one). The stack has
+        already sent them, so each accepted connection's transport compares the
+        application's first bytes with the listener's preload byte for byte and does not
+        send the equal ones twice: the peer gets the byte stream the application wrote,
+        only sooner. Nothing else is ever dropped: bytes that differ are sent as written
+        and reported through the loop's exception handler; ``preload_repeats`` counts the
+        connections of each kind. Plain (not ``ssl``) servers only. The choice stays until
+        the next ``preload()`` call, also for a preload set on the socket itself.
+        """
+        if app_sends_it and self._ssl is not None:
+            raise ValueError("app_sends_it: the preload is sent before TLS, the application writes inside it")
         for s in self._socks:
             s.setsockopt(usock.IPPROTO_TCP, usock.TCP_PRELOAD, bytes(data))
+        self._app_sends_preload = app_sends_it
         return len(data)
+
+    def count_preload_repeat(self, *, matched: bool) -> None:
+        """A transport's verdict on its application's repeat of the preload (``preload_repeats``)."""
+        self.preload_repeats["matched" if matched else "mismatched"] += 1
 
     # -- internals ---------------------------------------------------------------------
 
@@ -249,9 +272,9 @@ class Server(asyncio.AbstractServer):
                     self._loop.call_exception_handler({"message": "accept() failed", "exception": exc,
                                                        "server": self})
                     break
-                self._serve(child)
+                self._serve(child, lst.preload if self._app_sends_preload and lst is not None else b"")
 
-    def _serve(self, child: usock.Socket) -> None:
+    def _serve(self, child: usock.Socket, preload_repeat: bytes = b"") -> None:
         conn = child.connection
         if conn is None or conn.state.name == "CLOSED":
             child.close()        # reset before it was accepted: nothing to serve
@@ -267,7 +290,10 @@ class Server(asyncio.AbstractServer):
             self._driver.kick_soon()
             return
         if self._ssl is None:
-            UsertcpTransport(self._driver, child, protocol, server=self).begin()
+            transport = UsertcpTransport(self._driver, child, protocol, server=self)
+            if preload_repeat:
+                transport.expect_preload_repeat(preload_repeat)
+            transport.begin()
             return
         self._loop.create_task(self._tls_accept(child, protocol))
 

@@ -72,18 +72,19 @@ async def create_connection(protocol_factory: ProtocolFactory, host: str, port: 
 
 async def create_server(protocol_factory: ProtocolFactory, host: str | None = None,
                         port: int = 0, *, stack: Stack, driver: LoopDriver | None = None,
-                        backlog: int = 128, preload: bytes | None = None,
+                        backlog: int = 128, preload: bytes | None = None, app_sends_preload: bool = False,
                         start_serving: bool = True) -> Server:
     """Like ``loop.create_server``: listen on ``host:port`` (``None``/``""``: any address).
 
     ``preload``: bytes sent on every accepted connection right after the handshake (the
-    listener preload feature; see :meth:`Server.preload`).
+    listener preload feature); ``app_sends_preload``: the application still writes them
+    itself (see :meth:`Server.preload`, ``app_sends_it``).
     """
     drv = _pick_driver(stack, driver)
     server = Server(drv, [listening_socket(drv, stack, host, port, backlog)], protocol_factory)
     if preload:
         try:
-            server.preload(preload)
+            server.preload(preload, app_sends_it=app_sends_preload)
         except BaseException:
             server.close()
             raise
@@ -110,9 +111,10 @@ ClientConnected = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitab
 
 async def start_server(client_connected_cb: ClientConnected, host: str | None = None, port: int = 0, *,
                        stack: Stack, driver: LoopDriver | None = None, limit: int = _DEFAULT_LIMIT,
-                       backlog: int = 128, preload: bytes | None = None,
+                       backlog: int = 128, preload: bytes | None = None, app_sends_preload: bool = False,
                        start_serving: bool = True) -> Server:
-    """Like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` per connection."""
+    """Like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` per connection
+    (``preload``, ``app_sends_preload``: as :func:`create_server`)."""
     loop = asyncio.get_running_loop()
 
     def factory() -> asyncio.BaseProtocol:
@@ -120,4 +122,5 @@ async def start_server(client_connected_cb: ClientConnected, host: str | None = 
         return asyncio.StreamReaderProtocol(reader, client_connected_cb, loop=loop)
 
     return await create_server(factory, host, port, stack=stack, driver=driver, backlog=backlog,
-                               preload=preload, start_serving=start_serving)
+                               preload=preload, app_sends_preload=app_sends_preload,
+                               start_serving=start_serving)

@@ -25,6 +25,7 @@ __all__ = ["TransportSocket", "UsertcpTransport"]
 
 _READ_CHUNK = 256 * 1024          # bytes handed to one data_received() call at most
 _BUFFERED_HINT = 64 * 1024        # the size hint given to BufferedProtocol.get_buffer()
+_COALESCE_MAX = 16 * 1024         # small writes queued together go to TCP in one send (one copy anyway)
 
 def _sockaddr(addr: bytes, port: int) -> tuple[Any, ...]:
     """asyncio's address shape: (host, port) for IPv4, (host, port, flowinfo, scope_id) for IPv6."""
@@ -168,6 +169,7 @@ class UsertcpTransport(asyncio.Transport):
         self._read_scheduled = False
         self._write_scheduled = False
         self._lost = False
+        self._preload_left: bytes | None = None   # see expect_preload_repeat()
         conn.on_readable = self._on_readable
         conn.on_writable = self._on_writable
 
@@ -182,6 +184,38 @@ class UsertcpTransport(asyncio.Transport):
         if connection_made:
             self._protocol.connection_made(self)
         self._schedule_read()
+
+    def expect_preload_repeat(self, preload: bytes) -> None:
+        """The listener already sent ``preload`` on this connection and the application will
+        write the same bytes itself (an unmodified server's greeting): the application's
+        first bytes are compared with it byte for byte and, where equal, not sent again.
+
+        Set by :meth:`Server.preload` with ``app_sends_it=True`` (an explicit choice: without
+        it every written byte is sent). Bytes that differ from the preload are sent as written
+        and reported through the loop's exception handler: the peer already has the preload,
+        so what the application meant instead cannot be delivered in its place.
+        """
+        self._preload_left = preload or None
+
+    def _drop_preload_repeat(self, data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+        """What of ``data`` is left to send once its repeat of the preload is taken off."""
+        expected = self._preload_left
+        assert expected is not None
+        k = min(len(expected), len(data))
+        if memoryview(data)[:k] != expected[:k]:
+            self._preload_left = None
+            if self._server is not None:
+                self._server.count_preload_repeat(matched=False)
+            self._loop.call_exception_handler({
+                "message": "the application's first bytes differ from the listener's preload the stack "
+                           "already sent (app_sends_it=True): they are sent as written",
+                "transport": self, "protocol": self._protocol})
+            return data
+        rest = expected[k:]
+        self._preload_left = rest or None
+        if not rest and self._server is not None:
+            self._server.count_preload_repeat(matched=True)
+        return memoryview(data)[k:]
 
     # -- callbacks from the stack: only schedule ---------------------------------------
 
@@ -305,6 +339,10 @@ class UsertcpTransport(asyncio.Transport):
             raise RuntimeError("Cannot call write() after write_eof()")
         if self._closing or self._lost or not data:
             return
+        if self._preload_left is not None:
+            data = self._drop_preload_repeat(data)
+            if not data:
+                return
         chunk = data if isinstance(data, bytes) else bytes(data)   # the caller may reuse its buffer
         self._buf.append(chunk)
         self._buf_size += len(chunk)
@@ -334,6 +372,8 @@ class UsertcpTransport(asyncio.Transport):
         try:
             while buf and conn.send_space > 0:
                 chunk = buf.popleft()
+                if buf and len(chunk) + len(buf[0]) <= _COALESCE_MAX:
+                    chunk = self._coalesce(chunk)
                 n = conn.send(chunk, now, more=bool(buf))
                 self._buf_size -= n
                 if n < len(chunk):
@@ -349,6 +389,18 @@ class UsertcpTransport(asyncio.Transport):
             elif self._eof and not conn.write_shutdown and conn.state in SENDING:
                 conn.shutdown(False, True, now)
         self._maybe_resume_protocol()
+
+    def _coalesce(self, first: bytes | memoryview) -> bytes:
+        """``first`` joined with the small writes queued after it (up to ``_COALESCE_MAX``
+        bytes): one ``Connection.send`` for a response's headers and body, not one each."""
+        buf = self._buf
+        parts = [first]
+        size = len(first)
+        while buf and size + len(buf[0]) <= _COALESCE_MAX:
+            nxt = buf.popleft()
+            parts.append(nxt)
+            size += len(nxt)
+        return b"".join(parts)
 
     def write_eof(self) -> None:
         if self._closing or self._eof:

@@ -58,13 +58,16 @@ __all__ = [
     "SO_KEEPALIVE",
     "SO_LINGER",
     "SO_MARK",
+    "SO_OOBINLINE",
     "SO_RCVBUF",
     "SO_RCVBUFFORCE",
     "SO_REUSEADDR",
     "SO_REUSEPORT",
     "SO_SNDBUF",
     "SO_SNDBUFFORCE",
+    "SO_TIMESTAMP",
     "SO_TIMESTAMPING",
+    "SO_TIMESTAMPNS",
     "SO_TYPE",
     "SO_ZEROCOPY",
     "TCP_CM_INQ",
@@ -133,7 +136,10 @@ SO_REUSEPORT: Final = 15
 SO_SNDBUFFORCE: Final = 32
 SO_RCVBUFFORCE: Final = 33
 SO_ACCEPTCONN: Final = 30
+SO_OOBINLINE: Final = 10       # the urgent byte stays in the stream (tcp/urgent.py)
 SO_MARK: Final = 36            # the routing mark (fwmark): stored, no policy routing here
+SO_TIMESTAMP: Final = 29       # receive timestamps (struct timeval) on recvmsg; also SCM_TIMESTAMP
+SO_TIMESTAMPNS: Final = 35     # receive timestamps (struct timespec); also SCM_TIMESTAMPNS
 SO_TIMESTAMPING: Final = 37    # transmit timestamps on the error queue (usertcp.tcp.timestamping)
 SO_ZEROCOPY: Final = 60        # allow MSG_ZEROCOPY (usertcp.tcp.zerocopy)
 

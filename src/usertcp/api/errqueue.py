@@ -7,6 +7,10 @@ Python's ``socket.recvmsg`` returns from Linux:
 - ``(SOL_SOCKET, SCM_TIMESTAMPING, struct scm_timestamping)`` for a timestamp when the socket
   reports software times (``SOF_TIMESTAMPING_SOFTWARE``): three ``struct timespec``, the first
   the software time (the host driver's clock, seconds), the others zero;
+- then, with ``SOF_TIMESTAMPING_OPT_STATS``, ``(SOL_SOCKET, SCM_TIMESTAMPING_OPT_STATS, ...)``:
+  the connection's statistics as netlink attributes (decode with
+  :func:`usertcp.wire.opt_stats.decode_opt_stats`), which are also the message's data, as in
+  Linux ``__sock_recv_timestamp``;
 - ``(SOL_IP, IP_RECVERR, ...)`` (``(IPPROTO_IPV6, IPV6_RECVERR, ...)`` on IPv6): ``struct
   sock_extended_err`` followed by the empty offender address, decoded by :func:`parse_extended_err`.
 
@@ -36,6 +40,7 @@ from usertcp.api.constants import (
     os_error,
 )
 from usertcp.tcp.errqueue import SO_EE_ORIGIN_TIMESTAMPING
+from usertcp.wire.opt_stats import SCM_TIMESTAMPING_OPT_STATS
 
 if TYPE_CHECKING:
     from usertcp.api.sockets import Socket
@@ -66,7 +71,8 @@ def parse_extended_err(data: bytes) -> ExtendedErr:
     return ExtendedErr(err, origin, kind, code, info, value)
 
 
-def recv_errqueue(sock: Socket, ancbufsize: int) -> tuple[bytes, list[tuple[int, int, bytes]], int, None]:
+def recv_errqueue(sock: Socket, ancbufsize: int,
+                  bufsize: int = 0) -> tuple[bytes, list[tuple[int, int, bytes]], int, None]:
     """One error-queue entry as ``socket.recvmsg`` returns it (the caller checked the socket is
     open); EAGAIN when there is none."""
     with sock.host.driver.lock:
@@ -81,11 +87,13 @@ def recv_errqueue(sock: Socket, ancbufsize: int) -> tuple[bytes, list[tuple[int,
         sec = int(entry.tstamp)
         cmsgs.append((SOL_SOCKET, SCM_TIMESTAMPING,
                       _TS3.pack(sec, round((entry.tstamp - sec) * 1e9), 0, 0, 0, 0)))
+        if entry.stats:
+            cmsgs.append((SOL_SOCKET, SCM_TIMESTAMPING_OPT_STATS, entry.stats))
     v6 = sock.family == AF_INET6
     ee = _EE.pack(entry.errno, entry.origin, entry.type, entry.code, 0, entry.info, entry.data)
     cmsgs.append((IPPROTO_IPV6 if v6 else IPPROTO_IP, IPV6_RECVERR if v6 else IP_RECVERR,
                   ee + (_OFFENDER_V6 if v6 else _OFFENDER_V4)))
-    flags = MSG_ERRQUEUE | (MSG_TRUNC if entry.length > 0 else 0)
+    flags = MSG_ERRQUEUE | (MSG_TRUNC if entry.length > bufsize or (entry.length and not entry.stats) else 0)
     out: list[tuple[int, int, bytes]] = []
     room = ancbufsize
     for level, kind, data in cmsgs:     # put_cmsg(): what fits, MSG_CTRUNC for the rest
@@ -95,4 +103,5 @@ def recv_errqueue(sock: Socket, ancbufsize: int) -> tuple[bytes, list[tuple[int,
             break
         out.append((level, kind, data))
         room -= need
-    return b"", out, flags, None        # no copy of the packet is kept (see the module docstring)
+    data = entry.stats[:bufsize] if entry.stats else b""   # no copy of a packet is kept (see above)
+    return data, out, flags, None

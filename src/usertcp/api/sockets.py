@@ -43,6 +43,7 @@ from usertcp.api.constants import (
     MSG_FASTOPEN,
     MSG_MORE,
     MSG_NOSIGNAL,
+    MSG_OOB,
     MSG_PEEK,
     MSG_PRELOAD,
     MSG_WAITALL,
@@ -84,7 +85,7 @@ __all__ = [
 
 _SEND_FLAGS = (MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR | MSG_FASTOPEN | MSG_PRELOAD
                | MSG_ZEROCOPY)
-_RECV_FLAGS = MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL
+_RECV_FLAGS = MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL | MSG_OOB
 
 
 # ----------------------------------------------------------------------------- sockets
@@ -137,6 +138,8 @@ class Socket(SocketCore):
                 self._start_connect(ip, port, now, data=bytes(view))
                 copied = self._tfo_copied
             conn = self._conn
+            if conn is not None and err != errno.EALREADY and flags & MSG_ZEROCOPY and self.options.zerocopy:
+                ZerocopySend(conn, syn_data=True).finish(conn)   # the SYN's data takes an id
             connecting = conn is not None and conn.state in CONNECTING
         self._kick()
         if nonblocking and connecting:
@@ -266,6 +269,8 @@ class Socket(SocketCore):
         if flags & ~_RECV_FLAGS:
             raise os_error(errno.EOPNOTSUPP, f"unsupported recv flags {flags & ~_RECV_FLAGS:#x}")
         peek = bool(flags & MSG_PEEK)
+        if flags & MSG_OOB:
+            return self._recv_oob(n, peek, into)
         waitall = bool(flags & MSG_WAITALL) and not peek
 
         def attempt(now: float) -> bytes | int | Blocked:
@@ -294,6 +299,8 @@ class Socket(SocketCore):
                 else:
                     out = conn.recv_into(into[:n], now)
                 self._kick()    # reading may open the window: the update must leave now
+                if not out:
+                    return _BLOCK   # only the urgent byte went (out of band, tcp/urgent.py)
                 return out
             if conn.fin_received or (not conn.error and (conn.state is State.CLOSED or conn.read_shutdown)):
                 return b"" if into is None else 0
@@ -312,6 +319,21 @@ class Socket(SocketCore):
 
         # mypy can't split "bytes | int | Blocked" into _T | Blocked by itself.
         return cast("bytes | int", self._run(attempt, ready, nonblocking=bool(flags & MSG_DONTWAIT)))
+
+    def _recv_oob(self, n: int, peek: bool, into: memoryview | None) -> bytes | int:
+        """recv(MSG_OOB): the held urgent byte (Linux tcp_recv_urg); never blocks."""
+        conn = self._conn
+        if conn is None:
+            raise os_error(errno.EINVAL)
+        try:
+            byte = conn.rx.urgent.recv_oob(conn, peek)
+        except OSError as exc:
+            raise os_error(exc.errno or errno.EINVAL) from None
+        data = b"" if byte is None or not n else bytes([byte])
+        if into is None:
+            return data
+        into[:len(data)] = data
+        return len(data)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         if bufsize < 0:
@@ -375,7 +397,7 @@ class Socket(SocketCore):
             if bufsize < 0 or ancbufsize < 0:
                 raise ValueError("negative buffer size in recvmsg()")
             self._check_open()
-            return errqueue.recv_errqueue(self, ancbufsize)
+            return errqueue.recv_errqueue(self, ancbufsize, bufsize)
         return stdio.recvmsg(self, bufsize, ancbufsize, flags)
 
     def recvmsg_into(self, buffers: Iterable[Any], ancbufsize: int = 0,

@@ -44,6 +44,7 @@ from usertcp.api.constants import (
     SO_KEEPALIVE,
     SO_LINGER,
     SO_MARK,
+    SO_OOBINLINE,
     SO_RCVBUF,
     SO_RCVBUFFORCE,
     SO_REUSEADDR,
@@ -81,7 +82,13 @@ from usertcp.tcp.congestion import create_congestion_control
 from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.md5sig import Md5Keys, parse_tcp_md5sig
 from usertcp.tcp.stack import Listener, StackConfig
-from usertcp.tcp.timestamping import TxTimestamps, set_timestamping
+from usertcp.tcp.timestamping import (
+    SO_TIMESTAMP_OLD,
+    SO_TIMESTAMPNS_OLD,
+    SOF_TIMESTAMPING_RX_SOFTWARE,
+    TxTimestamps,
+    set_timestamping,
+)
 
 __all__ = ["Effect", "SocketOptions", "as_bytes_view", "int_value", "take_error", "tcp_info"]
 
@@ -168,8 +175,8 @@ class SocketOptions:
     """One socket's option state, applied to its connection or listener as they come to exist."""
 
     __slots__ = ("_cc_name", "config", "conn_attrs", "error", "freebind", "linger", "mark", "md5_keys",
-                 "rcvbuf", "recv_inq", "reuseaddr", "reuseport", "sndbuf", "tfo_connect", "tfo_key",
-                 "tfo_no_cookie", "tfo_qlen", "tsflags", "zerocopy")
+                 "oob_inline", "rcvbuf", "rcvtstamp", "rcvtstampns", "recv_inq", "reuseaddr", "reuseport",
+                 "sndbuf", "tfo_connect", "tfo_key", "tfo_no_cookie", "tfo_qlen", "tsflags", "zerocopy")
 
     def __init__(self, config: StackConfig) -> None:
         self.config = config
@@ -191,8 +198,11 @@ class SocketOptions:
         self.error = 0                      # a failed connect's error once its connection is gone
         self.zerocopy = False               # SO_ZEROCOPY: MSG_ZEROCOPY sends are honoured
         self.tsflags = 0                    # SO_TIMESTAMPING flags (sk_tsflags)
+        self.rcvtstamp = False              # SO_TIMESTAMP / SO_TIMESTAMPNS: SOCK_RCVTSTAMP
+        self.rcvtstampns = False            # SO_TIMESTAMPNS: SOCK_RCVTSTAMPNS
         self.mark = 0                       # SO_MARK: kept and reported, no policy routing here
         self.freebind = False               # IP_FREEBIND: bind() to an address not on the host
+        self.oob_inline = False             # SO_OOBINLINE: urgent data stays in the stream
 
     @property
     def cc_name(self) -> str | None:
@@ -209,7 +219,9 @@ class SocketOptions:
         child._cc_name = self._cc_name
         child.recv_inq = self.recv_inq      # tcp_sock is copied whole (tp->recvmsg_inq)
         child.zerocopy, child.tsflags, child.mark = self.zerocopy, self.tsflags, self.mark   # sock flags
+        child.rcvtstamp, child.rcvtstampns = self.rcvtstamp, self.rcvtstampns
         child.freebind = self.freebind
+        child.oob_inline = self.oob_inline  # sock flags are copied (sk_clone_lock)
         return child
 
     def apply_to_listener(self, lst: Listener) -> None:
@@ -230,6 +242,15 @@ class SocketOptions:
             conn.set_congestion_control(cc)
         if self.tsflags:
             self._timestamps(conn).flags = self.tsflags
+        if self.oob_inline:
+            conn.rx.urgent.set_inline(True)
+        self._rx_stamps(conn)
+
+    def _rx_stamps(self, conn: Connection | None) -> None:
+        """net_enable_timestamp(): received data keeps its arrival time once SO_TIMESTAMP[NS]
+        or SOF_TIMESTAMPING_RX_SOFTWARE asks for it."""
+        if conn is not None and (self.rcvtstamp or self.tsflags & SOF_TIMESTAMPING_RX_SOFTWARE):
+            conn.rcv_buf.enable_stamps()
 
     @staticmethod
     def _timestamps(conn: Connection) -> TxTimestamps:
@@ -243,6 +264,8 @@ class SocketOptions:
 
         listener.options can only copy attributes, and a controller object must not be shared.
         """
+        if self.oob_inline:
+            conn.rx.urgent.set_inline(True)
         if self._cc_name is not None and conn.cc.name != self._cc_name \
                 and conn.snd_nxt <= conn.snd_una + 1:
             cc = create_congestion_control(self._cc_name, conn.mss, config=conn.config)
@@ -298,6 +321,11 @@ class SocketOptions:
             return Effect.NONE
         if optname == SO_KEEPALIVE:
             return self._attr("keepalive", bool(int_value(value)), conn, listener)
+        if optname == SO_OOBINLINE:
+            self.oob_inline = bool(int_value(value))     # a sock flag (SOCK_URGINLINE)
+            if conn is not None:
+                conn.rx.urgent.set_inline(self.oob_inline)
+            return Effect.NONE
         if optname in (SO_SNDBUF, SO_SNDBUFFORCE):
             # Doubled and locked against autotuning (SOCK_SNDBUF_LOCK); sk_write_space()
             # may then wake a writer.
@@ -331,6 +359,15 @@ class SocketOptions:
             state.flags = self.tsflags
             set_timestamping(live, state, int_value(value))
             self.tsflags = state.flags
+            self._rx_stamps(conn)
+            return Effect.NONE
+        if optname in (SO_TIMESTAMP_OLD, SO_TIMESTAMPNS_OLD):
+            # sock_set_timestamp(): on sets SOCK_RCVTSTAMP (and RCVTSTAMPNS for the ns form,
+            # clearing it for the other), off clears both.
+            on = bool(int_value(value))
+            self.rcvtstamp = on
+            self.rcvtstampns = on and optname == SO_TIMESTAMPNS_OLD
+            self._rx_stamps(conn)
             return Effect.NONE
         if optname == SO_MARK:
             self.mark = int_value(value) & 0xFFFFFFFF
@@ -518,6 +555,8 @@ class SocketOptions:
             return int(self.reuseport)
         if optname == SO_KEEPALIVE:
             return int(bool(self._opt("keepalive", conn, False)))
+        if optname == SO_OOBINLINE:
+            return int(self.oob_inline)
         if optname == SO_SNDBUF:
             # sk_sndbuf: what SO_SNDBUF set, else tcp_wmem[1] as autotuning grew it.
             if conn is not None:
@@ -538,6 +577,10 @@ class SocketOptions:
             return int(self.zerocopy)
         if optname == SO_TIMESTAMPING:
             return self.tsflags
+        if optname == SO_TIMESTAMP_OLD:
+            return int(self.rcvtstamp and not self.rcvtstampns)
+        if optname == SO_TIMESTAMPNS_OLD:
+            return int(self.rcvtstampns)
         if optname == SO_MARK:
             return self.mark
         raise os_error(errno.ENOPROTOOPT, f"SOL_SOCKET option {optname} not supported")

@@ -9,9 +9,12 @@ method of the same name does, built only on the socket's public calls:
 - :func:`sendmsg` / :func:`recvmsg` / :func:`recvmsg_into`: TCP on Linux has no ancillary data
   to send but ``SOL_SOCKET`` controls (none of which usertcp implements: EINVAL, as
   ``sock_cmsg_send`` for an unknown type) and ignores other levels; a receive returns the
-  ``TCP_CM_INQ`` control message when ``TCP_INQ`` is on (as Linux, truncated with
-  ``MSG_CTRUNC`` to a short buffer; no timestamping), never sets ``MSG_TRUNC`` (a stream), and
-  reports no source address (None), as CPython on Linux.
+  receive timestamps of the last segment read (``SO_TIMESTAMP``: ``struct timeval``,
+  ``SO_TIMESTAMPNS``: ``struct timespec``, ``SO_TIMESTAMPING`` with ``SOF_TIMESTAMPING_SOFTWARE``:
+  ``struct scm_timestamping``; Linux tcp_recv_timestamp, the times on the host driver's clock)
+  and then the ``TCP_CM_INQ`` control message when ``TCP_INQ`` is on (as Linux, truncated with
+  ``MSG_CTRUNC`` to a short buffer), never sets ``MSG_TRUNC`` (a stream), and reports no source
+  address (None), as CPython on Linux.
 - :func:`sendfile` reads the file and sends it, as CPython's fallback for sockets without a
   kernel descriptor does.
 """
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from usertcp.api.constants import IPPROTO_TCP, MSG_CTRUNC, SOL_SOCKET, TCP_CM_INQ, os_error
 from usertcp.api.sockopts import as_bytes_view
+from usertcp.tcp.timestamping import SO_TIMESTAMP_OLD, SO_TIMESTAMPNS_OLD, recv_timestamps
 
 if TYPE_CHECKING:
     from usertcp.api.sockets import Socket
@@ -102,22 +106,54 @@ def recvmsg(sock: Socket, bufsize: int, ancbufsize: int = 0,
     if ancbufsize < 0:
         raise ValueError("negative ancillary buffer size in recvmsg()")
     data = sock.recv(bufsize, flags)
-    ancdata, msg_flags = _control(sock, ancbufsize)
+    ancdata, msg_flags = _control(sock, ancbufsize, len(data) > 0)
     return data, ancdata, msg_flags, None
 
 
-def _control(sock: Socket, ancbufsize: int) -> tuple[list[tuple[int, int, bytes]], int]:
-    """The control messages of one receive, fitted to ``ancbufsize`` as Linux put_cmsg() does:
-    none and MSG_CTRUNC below a header, a cut-short one and MSG_CTRUNC below its length."""
-    if not sock.options.recv_inq:
-        return [], 0
-    # Linux tcp_recvmsg: with TCP_INQ, a TCP_CM_INQ cmsg after every successful read.
-    payload = struct.pack("i", sock.inq_hint())
-    if ancbufsize < _CMSG_HDR:
-        return [], MSG_CTRUNC
-    if ancbufsize < _pysocket.CMSG_LEN(len(payload)):
-        return [(IPPROTO_TCP, TCP_CM_INQ, payload[:ancbufsize - _CMSG_HDR])], MSG_CTRUNC
-    return [(IPPROTO_TCP, TCP_CM_INQ, payload)], 0
+_TIMEVAL = struct.Struct("=qq")        # struct __kernel_old_timeval (64-bit)
+_TIMESPEC = struct.Struct("=qq")       # struct __kernel_old_timespec
+_TS3 = struct.Struct("=qqqqqq")        # struct scm_timestamping
+
+
+def _stamp_cmsgs(sock: Socket) -> list[tuple[int, int, bytes]]:
+    """Linux tcp_recv_timestamp(): the receive timestamps of the last segment read."""
+    conn = sock.connection
+    if conn is None:
+        return []
+    opts = sock.options
+    stamp = conn.rcv_buf.last_stamp
+    sec = int(stamp)
+    nsec = min(round((stamp - sec) * 1e9), 999_999_999)
+    out: list[tuple[int, int, bytes]] = []
+    for kind in recv_timestamps(stamp, opts.rcvtstamp, opts.rcvtstampns, opts.tsflags):
+        if kind == SO_TIMESTAMP_OLD:
+            out.append((SOL_SOCKET, kind, _TIMEVAL.pack(sec, nsec // 1000)))
+        elif kind == SO_TIMESTAMPNS_OLD:
+            out.append((SOL_SOCKET, kind, _TIMESPEC.pack(sec, nsec)))
+        else:
+            out.append((SOL_SOCKET, kind, _TS3.pack(sec, nsec, 0, 0, 0, 0)))
+    return out
+
+
+def _control(sock: Socket, ancbufsize: int, read: bool) -> tuple[list[tuple[int, int, bytes]], int]:
+    """The control messages of one receive (timestamps once data was read, then TCP_CM_INQ),
+    fitted to ``ancbufsize`` as Linux put_cmsg() does: none and MSG_CTRUNC below a header, a
+    cut-short one and MSG_CTRUNC below its length."""
+    cmsgs = _stamp_cmsgs(sock) if read else []
+    if sock.options.recv_inq:
+        # Linux tcp_recvmsg: with TCP_INQ, a TCP_CM_INQ cmsg after every successful read.
+        cmsgs.append((IPPROTO_TCP, TCP_CM_INQ, struct.pack("i", sock.inq_hint())))
+    out: list[tuple[int, int, bytes]] = []
+    room = ancbufsize
+    for level, kind, payload in cmsgs:
+        if room < _CMSG_HDR:
+            return out, MSG_CTRUNC
+        if room < _pysocket.CMSG_LEN(len(payload)):
+            out.append((level, kind, payload[:room - _CMSG_HDR]))
+            return out, MSG_CTRUNC
+        out.append((level, kind, payload))
+        room -= _pysocket.CMSG_SPACE(len(payload))
+    return out, 0
 
 
 def recvmsg_into(sock: Socket, buffers: Iterable[Any], ancbufsize: int = 0,
@@ -134,7 +170,7 @@ def recvmsg_into(sock: Socket, buffers: Iterable[Any], ancbufsize: int = 0,
         take = min(len(v), len(data) - pos)
         v[:take] = data[pos:pos + take]
         pos += take
-    ancdata, msg_flags = _control(sock, ancbufsize)
+    ancdata, msg_flags = _control(sock, ancbufsize, len(data) > 0)
     return len(data), ancdata, msg_flags, None
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import json
 import os
@@ -42,13 +41,13 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, AnyStr
+from typing import Any
 
 from aiosmtpd.smtp import SMTP
 from aiosmtpd.smtp import __ident__ as smtp_ident
 
 from usertcp import aio
-from usertcp import socket as usocket
+from usertcp.bench.process import NamespaceProcess, usertcp_env
 from usertcp.net import netns
 from usertcp.net.tun import TunDevice
 from usertcp.tcp.stack import Stack
@@ -94,25 +93,6 @@ async def asgi_app(scope: Scope, receive: Receive, send: Send) -> None:
 def smtp_greeting(hostname: str) -> bytes:
     """The greeting aiosmtpd sends (``220 HOST IDENT``), as bytes to preload on the listener."""
     return f"220 {hostname} {smtp_ident}\r\n".encode()
-
-
-class PreloadedSMTP(SMTP):
-    """aiosmtpd's SMTP server when the listening socket already sent its greeting.
-
-    With MSG_PRELOAD the stack sends the greeting right after the handshake, so the
-    application must not send it again (as the seed's patched Exim does not). This is
-    aiosmtpd unmodified except for that first reply, dropped in its public ``push``.
-    """
-
-    _greeting_skipped = False
-
-    async def push(self, status: AnyStr) -> None:
-        if not self._greeting_skipped:
-            self._greeting_skipped = True
-            text = status.decode() if isinstance(status, bytes) else status
-            if text.startswith("220 "):
-                return
-        await super().push(status)
 
 
 # ----------------------------------------------------------------------------- server process
@@ -182,13 +162,18 @@ async def _serve(mode: str, app: str, preload: bool) -> None:
     from aiosmtpd.handlers import Sink
 
     if preload:
+        # aiosmtpd unmodified: it still writes its greeting, which the listener already sent
+        # (app_sends_it: the transport does not send those bytes twice; usertcp.aio.server).
         assert isinstance(loop, aio.UsertcpEventLoop)
         lsock = loop.socket()
         lsock.bind((address, SMTP_PORT))
         lsock.listen(1024)
-        lsock.send(smtp_greeting(SMTP_HOSTNAME), usocket.MSG_PRELOAD)
-        smtp_server: asyncio.AbstractServer = await loop.create_server(
-            lambda: PreloadedSMTP(Sink(), hostname=SMTP_HOSTNAME), sock=lsock)
+        usertcp_server = await loop.create_server(lambda: SMTP(Sink(), hostname=SMTP_HOSTNAME), sock=lsock,
+                                                  start_serving=False)
+        assert isinstance(usertcp_server, aio.Server)
+        usertcp_server.preload(smtp_greeting(SMTP_HOSTNAME), app_sends_it=True)
+        await usertcp_server.start_serving()
+        smtp_server: asyncio.AbstractServer = usertcp_server
     else:
         smtp_server = await loop.create_server(lambda: SMTP(Sink(), hostname=SMTP_HOSTNAME), address,
                                                SMTP_PORT, backlog=1024)
@@ -300,57 +285,22 @@ def _client_main(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- orchestration
 
 
-class _Server:
-    """``python -m usertcp.bench.apps serve ...`` in namespace ``ns`` until :meth:`stop`."""
+class _Server(NamespaceProcess):
+    """``python -m usertcp.bench.apps serve ...`` in namespace ``ns`` until :meth:`stop` (stdin closed)."""
 
     def __init__(self, ns: str, *args: str) -> None:
-        src = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self._err = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop()
-        self.stderr = ""
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "usertcp.bench.apps",
-                                      "serve", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._err, text=True, env=env)
-        assert self.proc.stdout is not None
-        ready = _readline_within(self.proc, 30.0)
-        if ready.strip() != "ready":
-            self.stop()
-            raise RuntimeError(f"bench server did not start: {self.stderr}")
+        super().__init__(ns, "usertcp.bench.apps", "serve", *args, stop_by_stdin=True)
 
-    def stop(self) -> None:
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self._err.seek(0)
-        self.stderr = self._err.read()
-        self._err.close()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if self.proc.returncode != 0:
-            raise RuntimeError(f"bench server failed ({self.proc.returncode}): {self.stderr[-2000:]}")
-
-
-def _readline_within(proc: subprocess.Popen[str], seconds: float) -> str:
-    import selectors
-
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(seconds):
-            return ""
-    return proc.stdout.readline()
+    def stop(self) -> int:
+        rc = super().stop()
+        if rc != 0:
+            raise RuntimeError(f"bench server failed ({rc}): {self.stderr[-2000:]}")
+        return rc
 
 
 def _run_client(ns: str, *args: str) -> dict[str, Any]:
-    src = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "usertcp.bench.apps", "client", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=usertcp_env(), timeout=120, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
 

@@ -31,9 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,6 +41,7 @@ from typing import Any
 
 from usertcp import builds
 from usertcp.apps.basic import pattern_sha256, pattern_views
+from usertcp.bench.process import NamespaceProcess
 from usertcp.net import netns
 
 DEV = "utbench0"
@@ -51,50 +50,16 @@ VETH_A, VETH_B = "10.77.1.1", "10.77.1.2"
 MB = 1_000_000
 
 
-class ServeProcess:
-    """``usertcp serve`` in namespace ``ns`` until :meth:`stop` (SIGTERM)."""
+class ServeProcess(NamespaceProcess):
+    """``usertcp serve`` on the bench's TUN device in namespace ``ns`` until :meth:`stop` (SIGTERM)."""
 
     def __init__(self, ns: str, *args: str, timeout: float = 30.0, pure: bool = False) -> None:
-        src = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        env.pop("USERTCP_PURE", None)
-        if pure:
-            env["USERTCP_PURE"] = "1"      # the same install's pure sources (usertcp/builds.py)
         from usertcp import cli
 
-        cmd = [sys.executable, "-m", "usertcp", "serve"] if "serve" in cli.COMMANDS else \
-            [sys.executable, "-m", "usertcp.apps.serve"]
-        # stderr to a file: a pipe nobody reads could fill up and block the server.
-        self._err = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, *cmd, "--tun", DEV, "--address", US,
-                                      "--peer-address", f"{PEER}/24", "--quiet", *args],
-                                     stdout=subprocess.PIPE, stderr=self._err, text=True, env=env)
-        self.stderr = ""
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line or line.startswith("ready "):
-                break
-        if not line.startswith("ready "):
-            self.stop()
-            raise RuntimeError(f"usertcp serve did not start: {self.stderr}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._err.seek(0)
-        self.stderr = self._err.read()
-        self._err.close()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return self.proc.returncode
+        module = "usertcp" if "serve" in cli.COMMANDS else "usertcp.apps.serve"
+        prefix = ("serve",) if module == "usertcp" else ()
+        super().__init__(ns, module, *prefix, "--tun", DEV, "--address", US, "--peer-address", f"{PEER}/24",
+                         "--quiet", *args, timeout=timeout, pure=pure)
 
 
 def _send(addr: str, port: int, n: int) -> float:

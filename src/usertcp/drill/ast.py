@@ -178,7 +178,8 @@ OPTION_KINDS: dict[str, int] = {
     "TS": 8,
     "md5": 19,
     "FO": 34,
-    "ECN": 172,  # AccECN order 0; packetdrill picks 172/174 from the field order
+    "ECN": 172,  # AccECN order 0 (EE0B, ECEB, EE1B); the parser picks by the field order
+    "ECN1": 174,  # AccECN order 1 (EE1B, ECEB, EE0B)
     "FOEXP": 254,
 }
 

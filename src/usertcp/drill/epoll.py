@@ -24,9 +24,12 @@ from typing import TYPE_CHECKING, Final
 
 from usertcp.drill.ast import Expr, Int, List, Struct
 from usertcp.drill.defaults import SYMBOLS
+from usertcp.drill.profile import Unsupported
+from usertcp.drill.sysargs import value
+from usertcp.drill.sysbase import Mismatch, Sock, SyscallGen, SysError
 
 if TYPE_CHECKING:
-    from usertcp.drill.syscalls import Sock, SyscallGen, Syscalls
+    from usertcp.drill.syscalls import Syscalls
     from usertcp.tcp.connection import Connection
 
 __all__ = ["Epoll", "EpollCalls"]
@@ -117,36 +120,32 @@ class EpollCalls:
         self.sys = sys
 
     def _epoll(self, expr: Expr) -> Epoll:
-        from usertcp.drill.syscalls import SysError, value
-        fd = value(expr)
+        fd = self.sys.live_fd(expr)
         obj = self.sys.files.get(fd)
         if isinstance(obj, Epoll):
             return obj
         raise SysError(errno.EINVAL if obj is not None or fd in self.sys.fds else errno.EBADF)
 
     def sys_epoll_create(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, value
         if value(args[0]) <= 0:
             raise SysError(errno.EINVAL)      # the size hint must be positive
         return self.sys.new_file(Epoll())
         yield  # pragma: no cover
 
     def sys_epoll_create1(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, value
         if value(args[0]) & ~S["EPOLL_CLOEXEC"]:
             raise SysError(errno.EINVAL)
         return self.sys.new_file(Epoll())
         yield  # pragma: no cover
 
     def sys_epoll_ctl(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, Unsupported, value
         ep = self._epoll(args[0])
         op = value(args[1])
-        fd = value(args[2])
+        fd = self.sys.live_fd(args[2])            # items are keyed by live descriptor
         sock = self.sys.fds.get(fd)
         if sock is None:
             raise SysError(errno.EINVAL if fd in self.sys.files else errno.EBADF)   # epoll of epoll: no
-        events, data = 0, fd
+        events, data = 0, value(args[2])
         if op != S["EPOLL_CTL_DEL"]:
             ev = args[3]
             if not isinstance(ev, Struct):
@@ -219,7 +218,6 @@ class EpollCalls:
         return out
 
     def sys_epoll_wait(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, value
         ep = self._epoll(args[0])
         maxevents = value(args[2])
         if maxevents <= 0:
@@ -239,7 +237,6 @@ class EpollCalls:
 
 def _check_events(want: Expr, got: list[tuple[int, int]]) -> None:
     """The script's expected events: one struct, or a list of them (the reported ones only)."""
-    from usertcp.drill.syscalls import Mismatch, value
     expected = want.items if isinstance(want, List) else [want]
     for i, (events, data) in enumerate(got):
         if i >= len(expected) or not isinstance(expected[i], Struct):

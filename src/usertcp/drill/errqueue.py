@@ -18,16 +18,14 @@ iovec; MSG_TRUNC when the entry held more).
 from __future__ import annotations
 
 import errno
-from typing import TYPE_CHECKING
 
 from usertcp.drill import timing
 from usertcp.drill.ast import EllipsisExpr, Expr, List, Struct
 from usertcp.drill.defaults import SYMBOLS
+from usertcp.drill.sysargs import value
+from usertcp.drill.sysbase import Host, Mismatch, Sock, SysError
 from usertcp.tcp.errqueue import SO_EE_ORIGIN_TIMESTAMPING, ExtendedError
 from usertcp.tcp.zerocopy import ZerocopySend
-
-if TYPE_CHECKING:
-    from usertcp.drill.syscalls import Host, Sock
 
 __all__ = ["SendNotes", "recv_errqueue"]
 
@@ -37,12 +35,21 @@ S = SYMBOLS
 class SendNotes:
     """The zerocopy range one send call takes (the timestamp mark is the core's, in the write)."""
 
-    __slots__ = ("send",)
+    __slots__ = ("flags", "send")
 
     def __init__(self, sock: Sock, flags: int) -> None:
+        self.flags = flags
+        self.send: ZerocopySend | None = None
+        self.attach(sock)
+
+    def attach(self, sock: Sock) -> None:
+        """Take the range once the socket has a connection: at the call's start, or when a
+        sendto(MSG_FASTOPEN) creates it (tcp_sendmsg_locked allocates the uarg before
+        tcp_sendmsg_fastopen, and tcp_send_syn_data puts the SYN's data under it)."""
         conn = sock.conn
-        self.send = ZerocopySend(conn) if conn is not None and flags & S["MSG_ZEROCOPY"] \
-            and sock.options.zerocopy else None
+        if self.send is None and conn is not None and self.flags & S["MSG_ZEROCOPY"] \
+                and sock.options.zerocopy:
+            self.send = ZerocopySend(conn)
 
     def finish(self, sock: Sock) -> None:
         """The call ends (returned or failed): account for the bytes it queued."""
@@ -52,7 +59,6 @@ class SendNotes:
 
 def recv_errqueue(host: Host, sock: Sock, msg: Struct) -> int:
     """recvmsg(MSG_ERRQUEUE): pop and check one entry; raises SysError / Mismatch."""
-    from usertcp.drill.syscalls import Mismatch, SysError, value
 
     conn = sock.conn
     queue = conn.errqueue if conn is not None else None
@@ -82,7 +88,6 @@ def recv_errqueue(host: Host, sock: Sock, msg: Struct) -> int:
 
 
 def _check_control(host: Host, sock: Sock, want: List, entry: ExtendedError, report_time: bool) -> None:
-    from usertcp.drill.syscalls import Mismatch, value
 
     v6 = sock.family == S["AF_INET6"]
     actual: list[tuple[int, int, dict[str, int] | float]] = []
@@ -120,7 +125,6 @@ def _check_control(host: Host, sock: Sock, want: List, entry: ExtendedError, rep
 
 def _check_time(host: Host, i: int, fields: dict[str, Expr], actual: float) -> None:
     """packetdrill checks an SCM_TIMESTAMPING time like an event time: script time, tolerance."""
-    from usertcp.drill.syscalls import Mismatch, value
 
     expected = value(fields["scm_sec"]) + value(fields["scm_nsec"]) / 1e9 \
         if "scm_sec" in fields and "scm_nsec" in fields else None

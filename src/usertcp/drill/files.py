@@ -8,8 +8,8 @@ sends file bytes into a TCP socket as a ``write`` of them would (Linux ``do_send
 is given or the file position. ``splice(sock, NULL, pipe, NULL, len, flags)`` moves received
 bytes into a pipe (Linux ``tcp_splice_read`` over ``tcp_read_sock``): it returns what it moved,
 0 at EOF, EAGAIN on a non-blocking socket or with SPLICE_F_NONBLOCK, and otherwise waits for
-data. Linux also stops at the urgent mark of pending out-of-band data; the core delivers urgent
-bytes inline (it keeps no urgent mark), so that stop is not modelled.
+data. Like Linux it stops at the urgent mark (``__tcp_read_sock``): at the mark it moves nothing
+and returns 0 (the core keeps the mark, :mod:`usertcp.tcp.urgent`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING, Final
 
 from usertcp.drill.ast import Expr, List, String
 from usertcp.drill.defaults import SYMBOLS
+from usertcp.drill.profile import Unsupported
+from usertcp.drill.sysargs import value
+from usertcp.drill.sysbase import SyscallGen, SysError
 
 if TYPE_CHECKING:
-    from usertcp.drill.syscalls import SyscallGen, Syscalls
+    from usertcp.drill.syscalls import Syscalls
 
 __all__ = ["FileCalls", "OpenFile", "Pipe", "PipeEnd"]
 
@@ -64,7 +67,6 @@ class FileCalls:
         self.sys = sys
 
     def sys_open(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, Unsupported, value
         path_expr = args[0]
         if not isinstance(path_expr, String):
             raise Unsupported("open() needs a path string")
@@ -83,26 +85,24 @@ class FileCalls:
         yield  # pragma: no cover
 
     def sys_pipe(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import Mismatch, value
-        pipe = Pipe()
+        # packetdrill syscall_pipe: the script's two numbers name the live descriptors.
         want = args[0]
-        fds: list[int] = []
-        for writer in (False, True):
-            fds.append(self.sys.new_file(PipeEnd(pipe, writer)))
-        if isinstance(want, List) and len(want.items) == 2:
-            expected = [value(x) for x in want.items]
-            if expected != fds:
-                raise Mismatch(f"pipe() fds: expected {expected}, actual {fds}")
+        if not isinstance(want, List) or len(want.items) != 2:
+            raise Unsupported("pipe() needs a [read_fd, write_fd] list")
+        names = [value(x) for x in want.items]
+        pipe = Pipe()
+        for writer, name in zip((False, True), names, strict=True):
+            self.sys.new_file(PipeEnd(pipe, writer), name)
         return 0
         yield  # pragma: no cover
 
     sys_pipe2 = sys_pipe
 
     def sys_sendfile(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, value
-        sock = self.sys.fds.get(value(args[0]))
-        src = self.sys.files.get(value(args[1]))
-        if sock is None and value(args[0]) not in self.sys.files:
+        out_fd = self.sys.live_fd(args[0])
+        sock = self.sys.fds.get(out_fd)
+        src = self.sys.files.get(self.sys.live_fd(args[1]))
+        if sock is None and out_fd not in self.sys.files:
             raise SysError(errno.EBADF)
         if not isinstance(src, OpenFile):
             raise SysError(errno.EBADF if src is None else errno.EINVAL)
@@ -123,8 +123,7 @@ class FileCalls:
         return n
 
     def sys_splice(self, args: list[Expr]) -> SyscallGen:
-        from usertcp.drill.syscalls import SysError, Unsupported, value
-        fd_in, fd_out = value(args[0]), value(args[2])
+        fd_in, fd_out = self.sys.live_fd(args[0]), self.sys.live_fd(args[2])
         sock = self.sys.fds.get(fd_in)
         out = self.sys.files.get(fd_out)
         if sock is None or not isinstance(out, PipeEnd):
@@ -138,15 +137,18 @@ class FileCalls:
             if conn is None:
                 raise SysError(errno.ENOTCONN)
             room = PIPE_CAPACITY - out.pipe.size
-            take = min(length, room, conn.readable_bytes)
+            # __tcp_read_sock stops at the urgent mark (tcp/urgent.py).
+            take = conn.rx.urgent.read_sock_limit(conn, min(length, room, conn.readable_bytes))
             if take > 0:
                 data = conn.recv(take, self.sys.host.now())
                 self.sys.host.flush()
                 out.pipe.buf.append(data)
                 out.pipe.size += len(data)
                 return len(data)
-            if conn.readable_bytes and not room:
-                return 0                        # data queued but none may move: no loop
+            if conn.readable_bytes:
+                # tcp_splice_read: data queued but none may move (no room in the pipe, or the
+                # urgent mark at the read head): 0, "we do not want to loop".
+                return 0
             if conn.error:
                 from usertcp.api.sockopts import take_error
                 raise SysError(take_error(conn))

@@ -88,6 +88,9 @@ def encode_options(
         elif name == "md5":
             data = opt.data or b""
             out += bytes((19, 2 + len(data))) + data
+        elif name in ("ECN", "ECN1"):                # AccECN (RFC 9768 §3.2.3)
+            data = opt.data or b""
+            out += bytes((172 if name == "ECN" else 174, 2 + len(data))) + data
         elif name in ("FO", "FOEXP"):
             if opt.symbol is not None:
                 raise ScriptSkip(ev.line, f"undefined cookie symbol {opt.symbol}")

@@ -16,12 +16,14 @@ Packets (``<`` inbound, injected; ``>`` outbound, expected)::
               | dir encap* [ipinfo] icmp TYPE [CODE] [mtu N] [id N] [\\[echoed\\]]
     ipinfo   := [item, ...] or (item, ...) with items noecn|ect0|ect1|ce|ect01|tos 0xNN|ttl N|flowlabel 0xN
     encap    := ipv4 A > B:  | ipv6 A > B:  | gre ...:  | mpls ...:   (parsed, marked unsupported)
-    FLAGS    := letters of S F R P U E W A, optionally followed by '.' (ACK); '.' alone; '-' none
+    FLAGS    := letters of S F R P U E W A, optionally followed by '.' (ACK); '.' alone; '-' none;
+                an ACE value 0..7 may stand for E W A (AccECN: ``P5.``, ``.5``, ``F5.``)
     seq      := START:END(LEN)           with END == START + LEN
     tcpopts  := <...>                    (outbound only: options are not checked)
               | <opt, opt, ...>          nop | eol | mss N | wscale N | sackOK | sack L:R ... |
                                          TS val V ecr E | md5 HEX | md5 * | FO [HEX] | FOEXP [HEX] |
-                                         ECN ... (AccECN, parsed as unsupported)
+                                         ECN [e1b N] [ceb N] [e0b N] (AccECN, RFC 9768: the field
+                                         order picks the kind, 174 when e1b leads, else 172)
 
 No option list means "the packet carries no options".
 
@@ -86,6 +88,8 @@ __all__ = ["ScriptSyntaxError", "decode_c_string", "parse_file", "parse_script"]
 
 _U8, _U16, _U20, _U32 = 0xFF, 0xFFFF, 0xFFFFF, 0xFFFFFFFF
 _FLAG_LETTERS = frozenset("SFRPUEWA")
+_ACE_DIGITS = frozenset("01234567")
+_ACCECN_FIELDS = ("e0b", "ceb", "e1b")
 _ECN_WORDS = frozenset({"noecn", "ect0", "ect1", "ce", "ect01"})
 _ENCAP_WORDS = frozenset({"ipv4", "ipv6", "gre", "GREv0", "mpls"})
 # packetdrill bounds a cookie only by the option space: 40 bytes less the option's base (kind and
@@ -437,20 +441,21 @@ class _Parser:
             pkt.flags = ""
             return
         text = ""
-        if tok.kind == "WORD":
-            bad = set(tok.text) - _FLAG_LETTERS
-            if bad:
-                raise self.error(tok, f"unknown TCP flag(s) {''.join(sorted(bad))!r} in {tok.text!r}")
+        if tok.kind == "WORD" or (tok.kind == "INT" and tok.text in _ACE_DIGITS):
+            bad = set(tok.text) - _FLAG_LETTERS - _ACE_DIGITS
+            digits = [ch for ch in tok.text if ch in _ACE_DIGITS]
+            if bad or len(digits) > 1 or (digits and set(tok.text) & set("EWA")):
+                raise self.error(tok, f"unknown TCP flag(s) in {tok.text!r}")
             text = self.advance().text
         nxt = self.peek()
         if nxt.is_punct("."):
             self.advance()
             text += "."
-        elif nxt.kind == "FLOAT" and nxt.text.startswith("."):
-            # "S.5": ACK plus an AccECN ACE counter value, lexed as a float.
+        elif (nxt.kind == "FLOAT" and nxt.text[:1] == "." and nxt.text[1:] in _ACE_DIGITS
+              and not any(ch in _ACE_DIGITS for ch in text)):
+            # ".5", "P.5": ACK with an AccECN ACE value (RFC 9768 §3.2.2), lexed as a float.
             self.advance()
             text += nxt.text
-            pkt.unsupported.append("AccECN ACE field in flags")
         if not text:
             raise self.unexpected(tok, "TCP flags (e.g. S, S., P., ., F., R, -), 'udp' or 'icmp'")
         pkt.flags = text
@@ -551,14 +556,28 @@ class _Parser:
         elif name in ("FO", "FOEXP"):
             opt = self.hex_option(name, required=False, limit=_MAX_COOKIE_BYTES[name])
         elif name in ("ECN", "AccECN"):
-            while not (self.peek().is_punct(",") or self.peek().is_punct(">") or self.peek().kind == "EOF"):
-                self.advance()
-            opt = TcpOption(name, supported=False)
-            pkt.unsupported.append("AccECN option")
+            opt = self.accecn_option()
         else:
             raise self.error(tok, f"unknown TCP option {name!r}")
         opt.raw = " ".join(self.text[tok.start : self.toks[self.i - 1].end].split())
         return opt
+
+    def accecn_option(self) -> TcpOption:
+        """``ECN e1b N ceb N e0b N`` (any prefix of one of the two orders): the AccECN option
+        with its 24-bit fields as written; ``ECN1`` (kind 174) when EE1B leads, else ``ECN``
+        (kind 172). An empty ``ECN`` is the 2-byte option."""
+        names: list[str] = []
+        values: list[int] = []
+        while self.peek().is_word(*_ACCECN_FIELDS):
+            names.append(self.advance().text)
+            values.append(self.expect_int(f"{names[-1]} value", 0xFFFFFF))
+        order1 = bool(names) and names[0] == "e1b"
+        want = ("e1b", "ceb", "e0b") if order1 else _ACCECN_FIELDS
+        if names != list(want[: len(names)]):
+            order = " ".join(want)
+            raise self.error(self.peek(), f"AccECN fields {' '.join(names)} not in the order {order}")
+        data = b"".join(v.to_bytes(3, "big") for v in values)
+        return TcpOption("ECN1" if order1 else "ECN", tuple(values), data=data)
 
     def hex_option(self, name: str, *, required: bool, limit: int) -> TcpOption:
         tok = self.peek()

@@ -20,6 +20,7 @@ file (an inline test script) gets the built-in profile.
 from __future__ import annotations
 
 import ast
+import ipaddress
 import operator
 import re
 import shlex
@@ -32,6 +33,7 @@ from usertcp.drill.offload import ETHTOOL_OFFLOADS_OFF, link_gso_max_size
 from usertcp.tcp import fastopen
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import State
+from usertcp.tcp.route import parse_route_metrics
 from usertcp.tcp.stack import Stack
 from usertcp.wire.segment import TxPacket
 
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 # defaults.sh settings the core does not expose as knobs because its behaviour already is the
-# Linux default they select (no FACK, RACK on, no AccECN option, no pacing, cubic...).  Accepted only with
+# Linux default they select (no FACK, RACK on, no pacing, cubic...).  Accepted only with
 # exactly the profile's value: any other value is a behaviour change we cannot model.
 # (tcp_tso_win_divisor is accepted with any value: it only tunes TSO deferral, which a stack
 # without TSO never does.)
@@ -57,9 +59,7 @@ PROFILE_ONLY_SYSCTLS: dict[str, SysctlValue] = {
     in {
         "tcp_frto",
         "tcp_fack",
-        "tcp_early_retrans",
         "tcp_recovery",
-        "tcp_ecn_option",
         "tcp_pacing_ss_ratio",
         "tcp_pacing_ca_ratio",
     }
@@ -106,9 +106,13 @@ _HARMLESS = (
 # (txqueuelen), never drops here: the runner takes each packet off the device as soon as the
 # stack queues it, so the FIFO never holds more than the one being sent.
 _QDISC_SET = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+pfifo(?:\s+limit\s+(\d+))?$")
-_QDISC_FQ = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+\S+\s+root\s+fq\b")
+_QDISC_FQ = re.compile(r"^tc\s+qdisc\s+(?:add|replace)\s+dev\s+(\S+)\s+root\s+fq\b(.*)$")
 _QDISC_DEL = re.compile(r"^tc\s+qdisc\s+del(?:ete)?\s+dev\s+(\S+)\s+root$")
 TEST_DEVICE = "tun0"   # packetdrill's TUN device: the one link the runner models
+# ``echo VALUE > FILE`` into a module parameter or a sysctl file.
+_ECHO_WRITE = re.compile(r"^echo\s+(\S+)\s*>\s*(/sys/module/(\w+)/parameters/(\w+)|/proc/sys/\S+)$")
+# ``ip [-4|-6] route add|change|replace DEST [via GW] dev tun0 [advmss N] [mtu [lock] N] [initcwnd N]``
+_ROUTE = re.compile(r"^ip\s+(?:-[46]\s+)?route\s+(add|change|replace)\s+(\S+)\s")
 _METRICS_FLUSH = re.compile(r"^ip\s+tcp_metrics\s+flush(\s+all)?$")   # the Fast Open cookie cache
 _DEFAULTS_SH = re.compile(r"(^|/)defaults\.sh$")
 _SET_SYSCTLS = re.compile(r"(^|/)set_sysctls\.py$")
@@ -177,6 +181,7 @@ class Environment:
     offload: bool = True            # TEST_DEVICE offers TSO (packetdrill's tun), until ethtool -K off
     # The script's scratch file system: what its ``dd``/``rm`` commands made, for open().
     files: dict[str, bytes] = field(default_factory=dict)
+    peer: str | None = None         # the script's remote address: the route packetdrill sets up
 
     # ------------------------------------------------------------------ entry
 
@@ -208,6 +213,10 @@ class Environment:
             raise Unsupported(f"command not understood: {statement!r} ({exc})") from exc
 
     def _parse_statement(self, statement: str) -> None:
+        echo = _ECHO_WRITE.match(statement)
+        if echo is not None:
+            self._echo_write(echo, statement)
+            return
         stages = [s.strip() for s in statement.split("|")]
         if len(stages) > 1 or stages[0].startswith(("grep ", "nstat")):
             self._pipeline(stages, statement)
@@ -235,6 +244,10 @@ class Environment:
             if stack is not None:
                 self.attach(stack)
             return
+        route = _ROUTE.match(joined)
+        if route is not None:
+            self._route(route, words, statement)
+            return
         if _METRICS_FLUSH.match(joined):
             stack = self.stack_getter()
             if stack is not None:
@@ -246,10 +259,15 @@ class Environment:
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=qdisc.group(2) is not None and int(qdisc.group(2)) == 0)
             return
-        if _QDISC_FQ.match(joined):
-            # fq paces each flow at sk_pacing_rate (tcp_update_pacing_rate): the transmit path
-            # has no pacing to hand it, so the timing such a script checks cannot be met.
-            raise Unsupported(f"fq qdisc: pacing not modelled by the transmit path ({statement!r})")
+        fq = _QDISC_FQ.match(joined)
+        if fq is not None:
+            # sch_fq paces each flow at sk_pacing_rate (tcp/pacing.py); its parameters keep
+            # their defaults (a script that changes them is not modelled).
+            if fq.group(2).strip():
+                raise Unsupported(f"fq parameters not modelled: {statement!r}")
+            if fq.group(1) == TEST_DEVICE:
+                self.config.qdisc = "fq"
+            return
         qdisc = _QDISC_DEL.match(joined)
         if qdisc is not None:
             self._set_qdisc(qdisc.group(1), blocked=False)
@@ -281,6 +299,7 @@ class Environment:
     def _set_qdisc(self, device: str, *, blocked: bool) -> None:
         if device != TEST_DEVICE:
             return          # no test traffic crosses another device
+        self.config.qdisc = "pfifo"   # replaces an fq
         self.tx_blocked = blocked
         stack = self.stack_getter()
         if stack is not None:
@@ -292,7 +311,38 @@ class Environment:
         stack.tx_refuse = _refuse_all if self.tx_blocked else None
         stack.gso_max_size = link_gso_max_size(self.offload)
 
+    def _route(self, route: re.Match[str], words: list[str], statement: str) -> None:
+        """Route metrics (StackConfig.routes, tcp/route.py). packetdrill routes the script's
+        peer through the test device: ``change`` finds only that route (for another destination
+        the kernel answers ENOENT, fib_table_insert/fib6_add_rt2node); ``add``/``replace`` make one."""
+        verb, dest = route.group(1), route.group(2)
+        rest = words[words.index(dest) + 1:]
+        if "dev" in rest and rest[rest.index("dev") + 1:][:1] != [TEST_DEVICE]:
+            raise Unsupported(f"route on another device not modelled: {statement!r}")
+        try:
+            metrics = parse_route_metrics(rest)
+            addr = ipaddress.ip_address(dest)
+        except ValueError as exc:
+            raise Unsupported(f"route not modelled: {statement!r} ({exc})") from exc
+        if verb == "change" and (self.peer is None or ipaddress.ip_address(self.peer) != addr):
+            raise CommandError(f"RTNETLINK answers: No such file or directory: {statement!r}")
+        self.config.routes.set(addr.packed, metrics)
+
     # ------------------------------------------------------------------ sysctls
+
+    def _echo_write(self, echo: re.Match[str], statement: str) -> None:
+        """``echo V > /sys/module/M/parameters/P`` (StackConfig.apply_module_param: Linux
+        module parameters, read live by the module) or ``echo V > /proc/sys/...``."""
+        value, module, name = echo.group(1), echo.group(3), echo.group(4)
+        if module is None:
+            self.set_sysctl(echo.group(2), value, statement)
+            return
+        try:
+            ok = self.config.apply_module_param(module, name, value)
+        except (ValueError, PermissionError) as exc:
+            raise CommandError(f"{statement!r}: {exc}") from exc
+        if not ok:
+            raise Unsupported(f"module parameter not modelled: {statement!r}")
 
     def load_profile(self, path: str = "defaults.sh") -> None:
         """Run the ``defaults.sh`` at ``path`` (relative to the script's directory); with no
@@ -345,7 +395,7 @@ class Environment:
 
     def _sysctl(self, args: list[str], statement: str) -> None:
         for arg in args:
-            if arg in ("-q", "-w", "--quiet", "--write"):
+            if arg in ("-q", "-w", "-e", "--quiet", "--write", "--ignore"):    # -e: unknown keys are no error
                 continue
             if arg.startswith("-"):
                 raise Unsupported(f"sysctl option {arg} not modelled: {statement!r}")

@@ -34,7 +34,10 @@ def errname(err: int) -> str:
 def flag_bits(flags: str) -> int:
     bits = 0
     for ch in flags:
-        bits |= FLAG_BITS.get(ch, 0)
+        if "0" <= ch <= "7":
+            bits |= (ord(ch) - 48) << 6        # an AccECN ACE value: AE, CWR, ECE
+        else:
+            bits |= FLAG_BITS.get(ch, 0)
     return bits
 
 
@@ -94,6 +97,10 @@ def _fmt_opt(kind: int, data: bytes, ts: tuple[int, int] | None, sack_off: int) 
         return f"md5 {data.hex()}"
     if kind == 34:
         return f"FO {data.hex()}" if data else "FO"
+    if kind in (172, 174) and len(data) % 3 == 0:
+        names = ("e0b", "ceb", "e1b") if kind == 172 else ("e1b", "ceb", "e0b")
+        fields = [int.from_bytes(data[j:j + 3], "big") for j in range(0, len(data), 3)]
+        return " ".join(["ECN", *(f"{n} {v}" for n, v in zip(names, fields, strict=False))])
     if kind == 254 and data[:2] == b"\xf9\x89":
         return f"FOEXP {data[2:].hex()}" if len(data) > 2 else "FOEXP"
     return f"kind {kind} len {len(data) + 2}"

@@ -13,7 +13,10 @@ Model (packetdrill's run.c / run_packet.c / run_system_call.c semantics, our own
   block stays *pending* (its generator is retried after every packet and timer) while the later
   events run; it must return at ``b`` within the tolerance.  A new syscall first waits for the
   pending one, as packetdrill's single syscall thread does.  An unmarked call that would block
-  fails the script.
+  fails the script.  A pending call that ends while an outbound line is being waited for is
+  checked when that wait ends: packetdrill's syscall thread checks its result under the global
+  lock (``end_syscall``), which the main thread holds while it sniffs (``sniff_outbound_live_packet``),
+  so a packet that never comes is reported first.
 * **Sequence numbers**: the local ISN is learned from the first outbound SYN / SYN-ACK (script
   and live); remote sequence numbers are literal.  TS val: the first outbound TS val pair is the
   baseline; inbound TS ecr is mapped back through the outbound val seen for that script value.
@@ -63,7 +66,7 @@ from usertcp.drill.parser import parse_file
 from usertcp.drill.prescan import prescan
 from usertcp.drill.profile import CommandError, Environment, Unsupported, linux_config
 from usertcp.drill.render import errname, fmt_expected, fmt_live
-from usertcp.drill.syscalls import Mismatch, Sock, SyscallGen, Syscalls, SysError, value
+from usertcp.drill.syscalls import FD_RESULT_CALLS, Mismatch, Sock, SyscallGen, Syscalls, SysError, value
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
 from usertcp.tcp.stack import Stack, pack_ip
@@ -116,8 +119,12 @@ class _Runner:
         if settings.mtu is not None:
             self.config.mtu = settings.mtu
         self._stack: Stack | None = None
-        self.env = Environment(self.config, lambda: self._stack, Path(script.path).parent)
+        self.env = Environment(self.config, lambda: self._stack, Path(script.path).parent,
+                               peer=settings.remote_ip)
         self.sys = Syscalls(self)
+        # packetdrill runs every %{ }% block in one Python program: names a block assigns
+        # (``cwnd = 58``) are seen by the blocks after it.
+        self.code_vars: dict[str, Any] = {}
         self.now_s = 0.0
         self.cursor = 0.0
         self.outq: deque[tuple[float, bytes]] = deque()
@@ -126,6 +133,8 @@ class _Runner:
         self.listening: Sock | None = None
         self.next_remote_port = REMOTE_PORT_BASE
         self.pending: _Pending | None = None
+        self.sniffing = False                  # the main thread holds the lock (an outbound wait)
+        self.deferred: ScriptFail | None = None   # a pending call's failure, checked after it
         self.last_event: Event | None = None
         self.last_expected: float | None = None
         self.log: list[str] = []
@@ -288,7 +297,9 @@ class _Runner:
         if conn is None:
             raise ScriptFail(ev.line, "%{ }% block: no socket to read tcp_info from")
         ns: dict[str, Any] = dict(CODE_CONSTANTS)
-        ns.update(conn.info(self.now_s))
+        ns.update(self.code_vars)
+        info = conn.info(self.now_s)
+        ns.update(info)
         code = textwrap.dedent(ev.code)
         where = f"{self.script.path}:{ev.line}"
         try:
@@ -300,6 +311,7 @@ class _Runner:
             compiled = None
         try:
             exec(compiled if compiled is not None else compile(code, where, "exec"), ns)
+            self.code_vars = {k: v for k, v in ns.items() if k not in info and k != "__builtins__"}
         except AssertionError as exc:
             raise ScriptFail(ev.line, f"assertion failed: {code.strip()!r}: {exc}") from exc
         except Exception as exc:
@@ -312,7 +324,7 @@ class _Runner:
             self._finish_pending(ev.line)
         start = self._wait(ev, exp)
         try:
-            if ev.name in ("socket", "accept", "accept4") and not isinstance(ev.result, EllipsisExpr):
+            if ev.name in FD_RESULT_CALLS and not isinstance(ev.result, EllipsisExpr):
                 self.sys.fd_hint = value(ev.result)
             gen = self.sys.start(ev.name, ev.args)
         except Unsupported as exc:
@@ -364,7 +376,15 @@ class _Runner:
 
     def _poll_pending(self) -> None:
         p = self.pending
-        if p is not None and self._drive(p):
+        if p is None:
+            return
+        try:
+            done = self._drive(p)
+        except ScriptFail as fail:
+            if not self.sniffing:
+                raise
+            self.deferred, done = fail, True      # end_syscall waits for the lock
+        if done:
             self.pending = None
 
     def _finish_pending(self, line: int, at_end: bool = False) -> None:
@@ -440,6 +460,17 @@ class _Runner:
         return self.outq.popleft()
 
     def _outbound(self, ev: PacketEvent, exp: timing.Expected) -> float:
+        self.sniffing = True
+        try:
+            actual = self._sniff(ev, exp)
+        finally:
+            self.sniffing = False
+        if self.deferred is not None:
+            fail, self.deferred = self.deferred, None
+            raise fail
+        return actual
+
+    def _sniff(self, ev: PacketEvent, exp: timing.Expected) -> float:
         base = exp.end if exp.end is not None else (exp.start if ev.time.kind != "any" else self.now_s)
         deadline = max(base, self.now_s) + PACKET_TIMEOUT
         want_len = ev.seq_len

@@ -10,14 +10,14 @@ whose clock is virtual:
   the heap's head.
 * :class:`AsyncioTunDriver` runs one stack on a TUN device: ``loop.add_reader`` on the
   device fd plus one ``call_at`` timer re-armed to ``get_timer()`` after every step; it
-  writes with :func:`usertcp.net.tun.flush_to_device`, as the threaded ``TunDriver`` does.
+  reads and writes with :func:`usertcp.net.tun.receive_batch` and
+  :func:`~usertcp.net.tun.flush_to_device`, as the threaded ``TunDriver`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -26,7 +26,7 @@ from heapq import heappop
 from usertcp.net.driver import DriverBase
 from usertcp.net.memnet import Host as NetHost
 from usertcp.net.memnet import Network
-from usertcp.net.tun import PacketSink, TunDevice, flush_to_device
+from usertcp.net.tun import PacketSink, TunDevice, flush_to_device, receive_batch
 from usertcp.tcp.stack import Stack
 
 __all__ = ["AsyncioDriver", "AsyncioTunDriver", "LoopDriver", "driver_for"]
@@ -222,7 +222,8 @@ class AsyncioTunDriver(LoopDriver):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._reading = False
-        self.stats: dict[str, int] = {"rx_packets": 0, "tx_packets": 0, "tx_errors": 0, "timers": 0}
+        self.stats: dict[str, int] = {"rx_packets": 0, "rx_bytes": 0, "tx_packets": 0, "tx_errors": 0,
+                                      "timers": 0}
         if start:
             self.start()
 
@@ -250,17 +251,11 @@ class AsyncioTunDriver(LoopDriver):
         self._rearm()
 
     def _on_readable(self) -> None:
-        batch = self.device.read_batch(self.max_batch)
-        now = self.loop.time()
-        receive = self.endpoint.receive
-        pcap = self.pcap
-        wall = time.time()            # pcap timestamps are wall-clock time, as TunDriver's
-        for packet, verified in batch:
-            if pcap is not None:
-                pcap.write(packet, wall)
-            receive(packet, now, checksum_verified=verified)
-        self.stats["rx_packets"] += len(batch)
-        self.events += len(batch)
+        batch = self.device.read_segments(self.max_batch)
+        if batch:
+            self.stats["rx_packets"] += len(batch)
+            self.events += len(batch)
+            receive_batch(self.endpoint, batch, self.loop.time(), self.pcap, self.stats)
         self._run_timer_if_due()
         self.kick()
 

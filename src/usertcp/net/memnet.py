@@ -78,6 +78,7 @@ class LinkConfig:
     jitter: float = 0.0                  # uniform extra delay in [0, jitter); keeps FIFO order
     mtu: int | None = None               # next-hop MTU: larger packets are dropped with an ICMP
                                          # "fragmentation needed" / "packet too big" to the sender
+    mtu_icmp: bool = True                # False: an ICMP black hole (RFC 2923 §2.1), silent drops
     # AQM (needs bandwidth_bps): at this many queued packets, CE-mark ECT packets instead of
     # dropping them, and drop non-ECT ones (RFC 3168 §5); None: plain tail drop only.
     ecn_threshold: int | None = None
@@ -309,6 +310,8 @@ class LinkDirection:
         """Act as the router in front of a smaller link (RFC 1191 §4, RFC 8201 §4): drop the
         packet and tell its source, unless it is an IPv4 packet the router may fragment."""
         self.stats.too_big += 1
+        if not self.config.mtu_icmp:
+            return
         v6 = data[0] >> 4 == 6
         if not v6 and not data[6] & 0x40:
             return      # DF clear: a real router would fragment; we model only the drop

@@ -71,6 +71,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
 
 from usertcp.net.endpoint import Endpoint
+from usertcp.tcp.stack import Stack
 from usertcp.wire.segment import Buffer, TxPacket
 
 log = logging.getLogger(__name__)
@@ -126,11 +127,19 @@ def _ip_header_len(header: Buffer) -> int:
     raise ValueError(f"not an IP packet (version {version})")
 
 
+def _needs_csum_header(iph: int) -> bytes:
+    return VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, 0, 0, iph, _TCP_CSUM_OFFSET)
+
+
+# The header of a CHECKSUM_PARTIAL packet depends only on the IP header length: built once.
+_NEEDS_CSUM_V4 = _needs_csum_header(20)
+_NEEDS_CSUM_V6 = _needs_csum_header(40)
+
+
 def vnet_header_for(packet: TxPacket) -> bytes:
     """The virtio_net_hdr that tells the kernel what to finish for ``packet`` (offload mode)."""
     header = packet.header
-    payload_len = sum(len(p) for p in packet.payload)
-    if packet.gso_size > 0 and payload_len > packet.gso_size:
+    if packet.gso_size > 0 and sum(len(p) for p in packet.payload) > packet.gso_size:
         iph = _ip_header_len(header)
         gso_type = VIRTIO_NET_HDR_GSO_TCPV4 if header[0] >> 4 == 4 else VIRTIO_NET_HDR_GSO_TCPV6
         if header[iph + 13] & 0x80:
@@ -141,9 +150,17 @@ def vnet_header_for(packet: TxPacket) -> bytes:
         return VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, gso_type, len(header), packet.gso_size,
                              iph, _TCP_CSUM_OFFSET)
     if packet.csum_partial:
-        return VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, 0, 0,
-                             _ip_header_len(header), _TCP_CSUM_OFFSET)
+        return _needs_csum_vnet(header)
     return _ZERO_VNET
+
+
+def _needs_csum_vnet(header: Buffer) -> bytes:
+    first = header[0]
+    if first == 0x45:                    # IPv4 without options: what the stack sends
+        return _NEEDS_CSUM_V4
+    if first >> 4 == 6:
+        return _NEEDS_CSUM_V6
+    return _needs_csum_header(_ip_header_len(header))
 
 
 def _complete_checksum(packet: TxPacket) -> TxPacket:
@@ -308,12 +325,23 @@ class TunDevice:
 
         Each packet is a view of its own ``bytes`` object, valid forever (module docstring).
         """
-        out: list[tuple[memoryview, bool]] = []
+        return [(packet, verified) for packet, verified, _ in self.read_segments(max_packets)]
+
+    def read_segments(self, max_packets: int = 64) -> list[tuple[memoryview, bool, int]]:
+        """:meth:`read_batch` with each packet's GRO segment size: [(packet, verified, gso_size)].
+
+        ``gso_size`` is the vnet header's for a GSO packet (the kernel's TSO super-packet,
+        several segments of that size: what ``Stack.receive(gso_size=)`` takes as a GRO
+        aggregate, Linux tcp_gro_receive), else 0.
+        """
+        out: list[tuple[memoryview, bool, int]] = []
+        append = out.append
         fd, hlen, size = self.fd, self.vnet_hdr_len, _MAX_PACKET + self.vnet_hdr_len
+        read = os.read
         nbytes = needs_csum = data_valid = gso = largest = 0
         while len(out) < max_packets:
             try:
-                data = os.read(fd, size)
+                data = read(fd, size)
             except BlockingIOError:
                 break
             except InterruptedError:
@@ -321,20 +349,22 @@ class TunDevice:
             n = len(data) - hlen
             if n <= 0:
                 continue
-            verified = False
             if hlen:
                 flags = data[0]
+                verified = True
                 if flags & VIRTIO_NET_HDR_F_NEEDS_CSUM:
-                    verified = True
                     needs_csum += 1
                 elif flags & VIRTIO_NET_HDR_F_DATA_VALID:
-                    verified = True
                     data_valid += 1
+                else:
+                    verified = False
                 if data[1] != VIRTIO_NET_HDR_GSO_NONE:
                     gso += 1
-                out.append((memoryview(data)[hlen:], verified))
+                    append((memoryview(data)[hlen:], verified, data[4] | (data[5] << 8)))
+                else:
+                    append((memoryview(data)[hlen:], verified, 0))
             else:
-                out.append((memoryview(data), False))
+                append((memoryview(data), False, 0))
             nbytes += n
             if n > largest:
                 largest = n
@@ -364,9 +394,14 @@ class TunDevice:
         if not isinstance(packet, TxPacket):
             return [_ZERO_VNET, packet] if self.vnet_hdr_len else [packet]
         if self.vnet_hdr_len:
-            vhdr = vnet_header_for(packet)
-            if vhdr[1] != VIRTIO_NET_HDR_GSO_NONE:
-                self.stats["tx_gso"] += 1
+            if packet.gso_size > 0:
+                vhdr = vnet_header_for(packet)
+                if vhdr[1] != VIRTIO_NET_HDR_GSO_NONE:
+                    self.stats["tx_gso"] += 1
+            elif packet.csum_partial:
+                vhdr = _needs_csum_vnet(packet.header)
+            else:
+                vhdr = _ZERO_VNET
             iov: list[Buffer] = [vhdr, packet.header]
         else:
             if packet.gso_size > 0 and sum(len(p) for p in packet.payload) > packet.gso_size:
@@ -389,12 +424,15 @@ class TunDevice:
         EAGAIN (device queue full) is counted in ``stats["tx_eagain"]`` and retried after
         waiting for POLLOUT; after ``write_timeout`` seconds a TimeoutError is raised.
         """
-        iov = self._iov(packet)
+        n = self._writev(self._iov(packet))
+        self.stats["tx_packets"] += 1
+        self.stats["tx_bytes"] += n - self.vnet_hdr_len
+
+    def _writev(self, iov: list[Buffer]) -> int:
         deadline: float | None = None
         while True:
             try:
-                n = os.writev(self.fd, iov)
-                break
+                return os.writev(self.fd, iov)
             except BlockingIOError:
                 self.stats["tx_eagain"] += 1
                 now = time.monotonic()
@@ -407,15 +445,41 @@ class TunDevice:
                 poller.poll(min(100.0, (deadline - now) * 1000))
             except InterruptedError:
                 continue
-        self.stats["tx_packets"] += 1
-        self.stats["tx_bytes"] += n - self.vnet_hdr_len
 
     def write_batch(self, packets: Iterable[TxPacket | Buffer]) -> int:
+        """Write every packet (stops at the first error, which is raised); returns the count."""
         count = 0
         for packet in packets:
             self.write(packet)
             count += 1
         return count
+
+    def write_packets(self, packets: Sequence[TxPacket | Buffer]) -> tuple[int, int, list[Exception]]:
+        """Write every packet, one gather write each, and go on past a refused one.
+
+        Returns (packets written, IP bytes written, the errors: OSError or ValueError, one
+        per packet not written): :meth:`write` for many packets, EAGAIN waited out as there,
+        with one stats update for all.
+        """
+        fd, hlen = self.fd, self.vnet_hdr_len
+        writev, iov_of = os.writev, self._iov
+        sent = nbytes = 0
+        errors: list[Exception] = []
+        for packet in packets:
+            try:
+                iov = iov_of(packet)
+                try:
+                    n = writev(fd, iov)
+                except (BlockingIOError, InterruptedError):
+                    n = self._writev(iov)      # waits for room, or raises TimeoutError
+            except (OSError, ValueError) as exc:
+                errors.append(exc)
+                continue
+            sent += 1
+            nbytes += n - hlen
+        self.stats["tx_packets"] += sent
+        self.stats["tx_bytes"] += nbytes
+        return sent, nbytes, errors
 
     def close(self) -> None:
         """Close this queue; the device vanishes with its last fd unless it is persistent."""
@@ -559,8 +623,7 @@ class TunDriver:
                     else:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._wake)
-                batch = self.device.read_batch(self.max_batch) if readable else []
-                self._step(batch)
+                self._step(self.device.read_segments(self.max_batch) if readable else [])
         except BaseException as exc:
             self.error = exc
             log.exception("TunDriver loop failed")
@@ -571,7 +634,7 @@ class TunDriver:
             with self._cond:
                 self._cond.notify_all()
 
-    def _step(self, batch: list[tuple[memoryview, bool]]) -> None:
+    def _step(self, batch: list[tuple[memoryview, bool, int]]) -> None:
         stats = self.stats
         with self.lock:
             self._stepping = True
@@ -579,16 +642,10 @@ class TunDriver:
                 now = self.now()
                 if batch:
                     stats["batches"] += 1
-                    stats["max_batch"] = max(stats["max_batch"], len(batch))
-                    pcap = self.pcap
-                    wall = time.time()
-                    receive = self.endpoint.receive
-                    for packet, verified in batch:
-                        if pcap is not None:
-                            pcap.write(packet, wall)
-                        stats["rx_packets"] += 1
-                        stats["rx_bytes"] += len(packet)
-                        receive(packet, now, checksum_verified=verified)
+                    if len(batch) > stats["max_batch"]:
+                        stats["max_batch"] = len(batch)
+                    stats["rx_packets"] += len(batch)
+                    receive_batch(self.endpoint, batch, now, self.pcap, stats)
                 deadline = self.endpoint.get_timer()
                 if deadline is not None and deadline <= self.now():
                     stats["timers"] += 1
@@ -608,6 +665,32 @@ class TunDriver:
                 os.eventfd_write(self._wake, 1)
 
 
+def receive_batch(endpoint: Endpoint, batch: list[tuple[memoryview, bool, int]], now: float,
+                  pcap: PacketSink | None, stats: dict[str, int]) -> None:
+    """Hand what :meth:`TunDevice.read_segments` read to ``endpoint`` at ``now`` (and to ``pcap``).
+
+    Shared by both TUN drivers. A Stack gets each packet's GRO segment size, as Linux's
+    tcp_gro_receive aggregate carries gso_size to TCP; wrappers (impairment, meters)
+    implement only the plain Endpoint protocol and take a GRO packet as one large segment.
+    """
+    if pcap is not None:
+        wall = time.time()            # pcap timestamps are wall-clock time
+        for packet, _, _ in batch:
+            pcap.write(packet, wall)
+    nbytes = 0
+    if isinstance(endpoint, Stack):
+        stack_receive = endpoint.receive
+        for packet, verified, gso_size in batch:
+            nbytes += len(packet)
+            stack_receive(packet, now, checksum_verified=verified, gso_size=gso_size)
+    else:
+        receive = endpoint.receive
+        for packet, verified, _ in batch:
+            nbytes += len(packet)
+            receive(packet, now, checksum_verified=verified)
+    stats["rx_bytes"] = stats.get("rx_bytes", 0) + nbytes
+
+
 def flush_to_device(endpoint: Endpoint, device: TunDevice, pcap: PacketSink | None,
                     stats: dict[str, int]) -> None:
     """Write what ``endpoint`` has queued to ``device`` (and ``pcap``), counting errors.
@@ -622,15 +705,14 @@ def flush_to_device(endpoint: Endpoint, device: TunDevice, pcap: PacketSink | No
     packets = endpoint.datagrams_to_send()
     if not packets:
         return
-    wall = time.time()
-    for packet in packets:
-        if pcap is not None:
+    if pcap is not None:
+        wall = time.time()
+        for packet in packets:
             pcap.write(packet, wall)
-        try:
-            device.write(packet)
-        except (OSError, ValueError) as exc:
-            stats["tx_errors"] = stats.get("tx_errors", 0) + 1
-            log.warning("TUN write failed on %s: %s", device.name, exc)
-            continue
-        stats["tx_packets"] = stats.get("tx_packets", 0) + 1
-        stats["tx_bytes"] = stats.get("tx_bytes", 0) + len(packet)
+    sent, nbytes, errors = device.write_packets(packets)
+    for exc in errors:
+        log.warning("TUN write failed on %s: %s", device.name, exc)
+    if errors:
+        stats["tx_errors"] = stats.get("tx_errors", 0) + len(errors)
+    stats["tx_packets"] = stats.get("tx_packets", 0) + sent
+    stats["tx_bytes"] = stats.get("tx_bytes", 0) + nbytes

@@ -13,7 +13,12 @@ from collections import deque
 from usertcp.tcp.memory import MemAccount
 from usertcp.wire.segment import Buffer
 
-__all__ = ["RX_CHUNK_OVERHEAD", "SKB_TRUESIZE_OVERHEAD", "MemAccount", "RecvBuffer", "SendBuffer", "truesize"]
+__all__ = ["MAX_SKB_FRAGS", "PAGE_SIZE", "RX_CHUNK_OVERHEAD", "SKB_TRUESIZE_OVERHEAD", "MemAccount",
+           "RecvBuffer", "SendBuffer", "truesize"]
+
+# Linux MAX_SKB_FRAGS (CONFIG_MAX_SKB_FRAGS default 17) and the page a zerocopy frag pins.
+MAX_SKB_FRAGS = 17
+PAGE_SIZE = 4096
 
 
 # Linux skb->truesize of an empty skb from tcp_stream_alloc_skb(): SKB_TRUESIZE() of a
@@ -23,6 +28,9 @@ SKB_TRUESIZE_OVERHEAD = 1280
 # Control-block flags of one skb (Linux TCP_SKB_CB(skb)->tcp_flags & TCPHDR_PSH, ->eor).
 SKB_PSH = 1          # tcp_mark_push(): the segment that ends this skb carries PSH
 SKB_EOR = 2          # MSG_EOR: no later byte joins this skb (tcp_skb_can_collapse_to)
+SKB_FRAGS_FULL = 4   # MAX_SKB_FRAGS zerocopy frags: nothing more fits (skb_zerocopy_iter_stream, skb_shift)
+# What closes an skb to later bytes, written or pulled in by tcp_grow_skb().
+_SKB_CLOSED = SKB_EOR | SKB_FRAGS_FULL
 
 
 class SendBuffer:
@@ -40,8 +48,8 @@ class SendBuffer:
     tcp_skb_fragment_eor()).
     """
 
-    __slots__ = ("_bufs", "_eor_ends", "_head", "_offs", "_sent", "_skb", "_skb_head", "_skf", "acct", "end",
-                 "start")
+    __slots__ = ("_bufs", "_fence_ends", "_head", "_offs", "_sent", "_skb", "_skb_head", "_skf", "acct",
+                 "end", "start", "tail_frags")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self.acct = acct
@@ -50,7 +58,10 @@ class SendBuffer:
         self._head = 0
         self._skb: list[int] = []      # start offset of each skb, ascending
         self._skf: list[int] = []      # SKB_PSH | SKB_EOR of each skb (parallel to _skb)
-        self._eor_ends: list[int] = []  # end offsets of the MSG_EOR skbs (splits never move them)
+        # End offsets of the skbs closed to later bytes (MSG_EOR, frags exhausted); splits
+        # never move them.
+        self._fence_ends: list[int] = []
+        self.tail_frags = 0            # zerocopy frags (pinned pages) of the last skb
         self._skb_head = 0             # first skb with unacknowledged bytes
         self._sent = 0                 # highest offset ever transmitted
         self.start = 0
@@ -77,9 +88,13 @@ class SendBuffer:
     def tail_room(self, size_goal: int) -> int:
         """Bytes a write may still add to the last skb: it must be unsent (still in the
         write queue, tcp_write_queue_tail) and shorter than the size goal."""
-        if len(self._skb) == self._skb_head or self._skb[-1] < self._sent or self._skf[-1] & SKB_EOR:
+        if len(self._skb) == self._skb_head or self._skb[-1] < self._sent or self._skf[-1] & _SKB_CLOSED:
             return 0
         return max(size_goal - (self.end - self._skb[-1]), 0)
+
+    def tail_len(self) -> int:
+        """Bytes of the last skb (0 without one)."""
+        return self.end - self._skb[-1] if len(self._skb) > self._skb_head else 0
 
     def tail_is_send_head(self) -> bool:
         """The last skb is the first unsent one (Linux skb == tcp_send_head(sk))."""
@@ -92,7 +107,7 @@ class SendBuffer:
         skb = self._skb
         live = len(skb) - self._skb_head
         room = 0
-        if live and skb[-1] >= self._sent and not self._skf[-1] & SKB_EOR:
+        if live and skb[-1] >= self._sent and not self._skf[-1] & _SKB_CLOSED:
             room = size_goal - (self.end - skb[-1])
             if room < 0:
                 room = 0
@@ -147,8 +162,9 @@ class SendBuffer:
     def collapse_end(self, off: int) -> int:
         """How far a packet starting at ``off`` may reach: Linux tcp_grow_skb() pulls the
         next skbs into the one being sent while tcp_skb_can_collapse() allows, that is up
-        to the end of an skb written with MSG_EOR (or the last queued byte)."""
-        ends = self._eor_ends
+        to the end of an skb written with MSG_EOR, or of one whose frags are exhausted
+        (skb_shift() fails), or the last queued byte."""
+        ends = self._fence_ends
         i = bisect_right(ends, off)
         return ends[i] if i < len(ends) else self.end
 
@@ -222,25 +238,41 @@ class SendBuffer:
         """MSG_EOR (tcp_sendmsg_locked: TCP_SKB_CB(skb)->eor = 1): close the last skb."""
         if len(self._skb) > self._skb_head:
             self._skf[-1] |= SKB_EOR
-            if not self._eor_ends or self._eor_ends[-1] != self.end:
-                self._eor_ends.append(self.end)
+            self._fence()
+
+    def tail_frags_full(self) -> bool:
+        """The unsent last skb holds MAX_SKB_FRAGS frags: a write that would add to it marks it
+        PSH and opens another (tcp_sendmsg_locked on -EMSGSIZE, or i >= sysctl_max_skb_frags)."""
+        return (len(self._skb) > self._skb_head and self._skb[-1] >= self._sent
+                and bool(self._skf[-1] & SKB_FRAGS_FULL))
+
+    def _fence(self) -> None:
+        if not self._fence_ends or self._fence_ends[-1] != self.end:
+            self._fence_ends.append(self.end)
 
     # -------------------------------------------------------------------- bytes
 
-    def append(self, data: Buffer, new_skb: bool = False) -> None:
+    def append(self, data: Buffer, new_skb: bool = False, frags: int = 0) -> None:
         """Keep ``data`` by reference; the caller hands over an immutable buffer.
 
-        The bytes extend the last skb unless ``new_skb`` or that skb was already sent."""
+        The bytes extend the last skb unless ``new_skb`` or that skb was already sent;
+        ``frags`` zerocopy frags come with them (MAX_SKB_FRAGS close the skb)."""
         n = len(data)
         if not n:
             return
         if (new_skb or len(self._skb) == self._skb_head or self._skb[-1] < self._sent
-                or self._skf[-1] & SKB_EOR):
+                or self._skf[-1] & _SKB_CLOSED):
             self._skb.append(self.end)
             self._skf.append(0)
+            self.tail_frags = 0
         self._offs.append(self.end)
         self._bufs.append(data if isinstance(data, memoryview) else memoryview(data))
         self.end += n
+        if frags:
+            self.tail_frags += frags
+            if self.tail_frags >= MAX_SKB_FRAGS:
+                self._skf[-1] |= SKB_FRAGS_FULL
+                self._fence()
         if self.acct is not None:
             self.acct.add(n)
 
@@ -284,8 +316,8 @@ class SendBuffer:
         # (tcp_trim_head), which only its byte count shows.
         skb = self._skb
         sh = self._skb_head
-        if self._eor_ends:
-            del self._eor_ends[:bisect_right(self._eor_ends, upto)]
+        if self._fence_ends:
+            del self._fence_ends[:bisect_right(self._fence_ends, upto)]
         if upto >= self.end:
             skb.clear()
             self._skf.clear()
@@ -325,28 +357,43 @@ class RecvBuffer:
     The stack's account is charged each chunk's truesize, not its length (Linux charges
     sk_rmem_alloc with skb->truesize, tcp_try_rmem_schedule): a 1-byte segment keeps a whole
     packet buffer alive. Runs of small segments are collapsed into one buffer (tcp_collapse,
-    counted as TcpExtTCPRcvCollapsed), which gives most of that memory back."""
+    counted as TcpExtTCPRcvCollapsed), which gives most of that memory back.
 
-    __slots__ = ("_chunks", "_costs", "_small", "acct", "charged", "size")
+    Once receive timestamps are on (:meth:`enable_stamps`: SO_TIMESTAMP, SO_TIMESTAMPNS or
+    SOF_TIMESTAMPING_RX_SOFTWARE, Linux net_enable_timestamp), each chunk keeps its arrival
+    time (skb->tstamp) and a read leaves in ``last_stamp`` that of the last chunk it took
+    bytes from (tcp_update_recv_tstamps); chunks queued before have none (-1)."""
+
+    __slots__ = ("_chunks", "_costs", "_small", "_stamps", "acct", "charged", "last_stamp", "size")
 
     def __init__(self, acct: MemAccount | None = None) -> None:
         self._chunks: deque[memoryview] = deque()
         self._costs: deque[int] = deque()      # the truesize charged for each chunk
         self._small = 0                        # small chunks in a row at the tail
+        self._stamps: deque[float] | None = None   # arrival time of each chunk, when asked for
+        self.last_stamp = -1.0                 # of the last chunk the last read took from
         self.size = 0
         self.charged = 0
         self.acct = acct
 
+    def enable_stamps(self) -> None:
+        """Keep arrival times from now on (chunks already queued have none)."""
+        if self._stamps is None:
+            self._stamps = deque([-1.0] * len(self._chunks))
+
     def __len__(self) -> int:
         return self.size
 
-    def append(self, data: memoryview) -> None:
+    def append(self, data: memoryview, now: float = -1.0) -> None:
+        """Queue an in-order chunk that arrived at ``now`` (its receive timestamp)."""
         n = len(data)
         if not n:
             return
         cost = truesize(data)
         self._chunks.append(data)
         self._costs.append(cost)
+        if self._stamps is not None:
+            self._stamps.append(now)
         self.size += n
         self._charge(cost)
         if cost > 2 * n:
@@ -369,6 +416,12 @@ class RecvBuffer:
         parts.reverse()
         merged = memoryview(b"".join(parts))
         chunks.append(merged)
+        stamps = self._stamps
+        if stamps is not None:             # the collapsed skb keeps the first one's header
+            first = -1.0
+            for _ in range(count):
+                first = stamps.pop()
+            stamps.append(first)
         cost = truesize(merged)
         costs.append(cost)
         self._small = 0
@@ -384,6 +437,8 @@ class RecvBuffer:
     def _pop_head(self) -> memoryview:
         """The head chunk was consumed entirely: its whole truesize is freed."""
         self._uncharge(self._costs.popleft())
+        if self._stamps is not None:
+            self.last_stamp = self._stamps.popleft()
         if len(self._chunks) == 1:
             self._small = 0
         return self._chunks.popleft()
@@ -396,10 +451,14 @@ class RecvBuffer:
 
     def read(self, n: int) -> bytes:
         """Copy out and consume up to ``n`` bytes."""
+        self.last_stamp = -1.0
         if n >= self.size:
             out = b"".join(self._chunks)
             self._chunks.clear()
             self._costs.clear()
+            if self._stamps:
+                self.last_stamp = self._stamps[-1]
+                self._stamps.clear()
             self._small = 0
             self._uncharge(self.charged)
             self.size = 0
@@ -416,10 +475,17 @@ class RecvBuffer:
                 parts.append(c[:need])
                 chunks[0] = c[need:]
                 need = 0
+                self._note_partial()
         self.size -= n
         return b"".join(parts)
 
+    def _note_partial(self) -> None:
+        """The head chunk was read in part: its stamp is the read's (tcp_recvmsg)."""
+        if self._stamps:
+            self.last_stamp = self._stamps[0]
+
     def read_into(self, target: memoryview) -> int:
+        self.last_stamp = -1.0
         n = min(len(target), self.size)
         pos = 0
         chunks = self._chunks
@@ -432,10 +498,22 @@ class RecvBuffer:
                 self._pop_head()
             else:
                 chunks[0] = c[take:]
+                self._note_partial()
         self.size -= n
         return n
 
     def peek(self, offset: int, length: int) -> bytes:
+        """The bytes [offset, offset+length) left queued (MSG_PEEK); ``last_stamp`` is that of
+        the last chunk they come from, as a read's."""
+        self.last_stamp = -1.0
+        stamps = self._stamps
+        if stamps and length > 0:
+            pos = 0
+            for i, c in enumerate(self._chunks):
+                pos += len(c)
+                if pos >= offset + length:
+                    self.last_stamp = stamps[i]
+                    break
         return b"".join(self.views(offset, length))
 
     def views(self, offset: int, length: int) -> list[memoryview]:
@@ -458,6 +536,7 @@ class RecvBuffer:
         return out
 
     def discard(self, n: int) -> None:
+        self.last_stamp = -1.0
         n = min(n, self.size)
         chunks = self._chunks
         left = n

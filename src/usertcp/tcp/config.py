@@ -7,7 +7,11 @@ Linux sees the behaviour it expects. ``from_sysctls`` maps sysctl names onto fie
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+
+from usertcp.tcp.hystart import CubicParams
+from usertcp.tcp.route import RouteTable
 
 # net.ipv4.tcp_fastopen bits (include/net/tcp.h).
 TFO_CLIENT_ENABLE = 0x1
@@ -22,6 +26,11 @@ DEFAULT_TFO_KEY = bytes(16)
 ECN_OFF = 0            # never request, never accept
 ECN_ON = 1             # request on active opens, accept on passive ones
 ECN_PASSIVE = 2        # accept when the peer requests (Linux's default)
+# Linux >= 6.18 (enum tcp_ecn_mode): Accurate ECN, RFC 9768. All three accept AccECN and
+# RFC 3168 ECN on passive opens; they differ in what an active open asks for.
+ECN_ACCECN = 3         # request AccECN
+ECN_ACCECN_IN_ECN_OUT = 4    # request RFC 3168 ECN
+ECN_ACCECN_IN_ONLY = 5       # request nothing
 
 
 @dataclass(slots=True)
@@ -44,6 +53,9 @@ class StackConfig:
     # moving average is 1/2**shift_g (RFC 8257 §3.3: g = 1/16), alpha starts at 1024 (= 1).
     dctcp_shift_g: int = 4
     dctcp_alpha_on_init: int = 1024
+    # tcp_cubic module parameters (/sys/module/tcp_cubic/parameters/), HyStart's included.
+    cubic: CubicParams = field(default_factory=CubicParams)
+    hystart_pp: bool = True               # usertcp: RFC 9406 HyStart++ in "cubic-rfc9438"
     initial_cwnd_segments: int = 10       # RFC 6928
     rto_initial: float = 1.0              # RFC 6298 §2.1
     rto_min: float = 0.2                  # Linux TCP_RTO_MIN
@@ -63,7 +75,9 @@ class StackConfig:
     reordering: int = 3                   # tcp_reordering: DupThresh (RFC 5681/6675)
     rack: bool = True                     # tcp_recovery bit 0: RACK loss detection (RFC 8985)
     tlp: bool = True                      # tcp_early_retrans >= 3: tail loss probes (RFC 8985 §7)
-    ecn: int = ECN_PASSIVE                # tcp_ecn: 0 off, 1 request and accept, 2 accept only
+    ecn: int = ECN_PASSIVE                # tcp_ecn: 0 off, 1 request and accept, 2 accept only, 3-5 AccECN
+    ecn_option: int = 2                   # tcp_ecn_option: AccECN option 0 never, 1 minimum, 2 full
+    ecn_option_beacon: int = 3            # tcp_ecn_option_beacon: AccECN options per RTT at least
     ecn_fallback: bool = True             # tcp_ecn_fallback: a retransmitted SYN drops ECE|CWR
     fastopen: int = TFO_CLIENT_ENABLE     # tcp_fastopen bit mask
     fastopen_key: bytes = DEFAULT_TFO_KEY  # tcp_fastopen_key (primary)
@@ -78,6 +92,16 @@ class StackConfig:
     challenge_ack_limit: int = (1 << 31) - 1   # tcp_challenge_ack_limit: off (INT_MAX) since Linux 6.0
     invalid_ratelimit: float = 0.5        # tcp_invalid_ratelimit (per-socket out-of-window ACKs)
     mtu: int = 1500
+    qdisc: str = "pfifo_fast"             # the link's root qdisc: "fq" paces flows (tcp/pacing.py)
+    routes: RouteTable = field(default_factory=RouteTable)   # ip route metrics (tcp/route.py)
+    # RFC 4821 packetization-layer PMTU discovery (tcp/mtu_probe.py): tcp_mtu_probing 0 off,
+    # 1 after a black hole is detected, 2 always; the search starts at tcp_base_mss.
+    mtu_probing: int = 0
+    base_mss: int = 1024                  # tcp_base_mss
+    probe_threshold: int = 8              # tcp_probe_threshold: stop when the range is narrower
+    probe_interval: float = 600.0         # tcp_probe_interval: seconds before searching again
+    mtu_probe_floor: int = 48             # tcp_mtu_probe_floor
+    retries1: int = 3                     # tcp_retries1: timeouts before black-hole detection
     min_snd_mss: int = 48                 # tcp_min_snd_mss: floor on the peer's MSS (CVE-2019-11479)
     ttl: int = 64
     min_tso_segs: int = 2
@@ -113,6 +137,15 @@ class StackConfig:
         if handler is None:
             return False
         return handler(self, value) is not False
+
+    def apply_module_param(self, module: str, name: str, value: str) -> bool:
+        """Write ``/sys/module/MODULE/parameters/NAME``; False if it is not modelled.
+        PermissionError for a read-only parameter, ValueError for a bad value."""
+        if module == "tcp_cubic":
+            return self.cubic.set(name, value)
+        if module == "tcp_dctcp" and name in ("dctcp_shift_g", "dctcp_alpha_on_init"):
+            return self.apply_sysctl(name, value)
+        return False
 
 
 def _int(v: str) -> int:
@@ -155,14 +188,27 @@ def parse_tfo_key(text: str) -> bytes:
 
 
 def _set_ecn(cfg: StackConfig, v: str) -> bool:
-    """tcp_ecn: 0-2 are RFC 3168 ECN; Linux >= 6.18 adds 3-5 (AccECN), which we do not model."""
+    """tcp_ecn: 0-2 are RFC 3168 ECN; Linux >= 6.18 adds 3-5 (AccECN, ``tcp/accecn.py``)."""
     n = _int(v)
     if not 0 <= n <= 5:
         raise ValueError(f"tcp_ecn must be 0..5, got {n}")   # Linux: EINVAL
-    if n > ECN_PASSIVE:
-        return False
     cfg.ecn = n
     return True
+
+
+def _set_mtu_probing(cfg: StackConfig, v: str) -> None:
+    n = _int(v)
+    if not 0 <= n <= 2:
+        raise ValueError(f"tcp_mtu_probing must be 0..2, got {n}")   # Linux: proc_dointvec_minmax
+    cfg.mtu_probing = n
+def _set_ranged(name: str, top: int) -> Callable[[StackConfig, str], None]:
+    """A u8 sysctl with Linux's proc_dou8vec_minmax range 0..top (EINVAL outside)."""
+    def setter(cfg: StackConfig, v: str) -> None:
+        n = _int(v)
+        if not 0 <= n <= top:
+            raise ValueError(f"{name} must be 0..{top}, got {n}")
+        setattr(cfg, name, n)
+    return setter
 
 
 def _set_cc(cfg: StackConfig, v: str) -> None:
@@ -181,10 +227,18 @@ _SYSCTLS = {
     "dctcp_shift_g": _set_int("dctcp_shift_g"),
     "dctcp_alpha_on_init": _set_int("dctcp_alpha_on_init"),
     "tcp_syn_retries": _set_int("syn_retries"),
+    "tcp_mtu_probing": _set_mtu_probing,
+    "tcp_base_mss": _set_int("base_mss"),
+    "tcp_probe_threshold": _set_int("probe_threshold"),
+    "tcp_probe_interval": lambda c, v: setattr(c, "probe_interval", float(_int(v))),
+    "tcp_mtu_probe_floor": _set_int("mtu_probe_floor"),
+    "tcp_retries1": _set_int("retries1"),
     "tcp_synack_retries": _set_int("synack_retries"),
     "tcp_retries2": _set_int("retries2"),
     "tcp_ecn": _set_ecn,
     "tcp_ecn_fallback": _set_bool("ecn_fallback"),
+    "tcp_ecn_option": _set_ranged("ecn_option", 2),
+    "tcp_ecn_option_beacon": _set_ranged("ecn_option_beacon", 3),
     "tcp_fastopen": _set_int("fastopen"),
     "tcp_fastopen_key": _set_tfo_key,
     "tcp_fastopen_blackhole_timeout_sec":

@@ -14,6 +14,7 @@ import math
 from typing import ClassVar
 
 from usertcp.tcp.config import StackConfig
+from usertcp.tcp.hystart import CubicParams, HystartPlusPlus, LinuxHystart, hystart_ack_delay_us
 
 __all__ = [
     "AVAILABLE",
@@ -98,6 +99,33 @@ class CongestionControl:
     def on_tx_start(self, idle: float, now: float) -> None:
         """Sending restarts with nothing in flight after ``idle`` s (CA_EVENT_TX_START)."""
 
+    def set_initial_window(self, packets: int) -> None:
+        """tcp_init_transfer(): the route's initcwnd (tcp_init_cwnd), in packets."""
+        if packets > 0:
+            self.cwnd = packets * self.mss
+
+    def add_packets(self, packets: int) -> None:
+        """cwnd +/- whole packets: an MTU probe counts as two (tcp_mtu_probe takes one back
+        when it is sent, tcp_fastretrans_alert returns it when the probe failed)."""
+        self.cwnd = max(self.cwnd + packets * self.mss, self.mss)
+
+    def mtu_probe_rescale(self, old_mtu: int, probe_mtu: int) -> None:
+        """tcp_mtup_probe_success(): the window keeps its bytes in the larger packets
+        (cwnd * old MTU / probe MTU, in packets); ssthresh becomes tcp_current_ssthresh()."""
+        pkts = max(self.cwnd // self.mss * old_mtu // max(probe_mtu, 1), 1)
+        self.cwnd = pkts * self.mss
+        self._ca_acked = 0
+        if self.ssthresh < INFINITE_SSTHRESH:
+            self.ssthresh = max(self.ssthresh, ((pkts >> 1) + (pkts >> 2)) * self.mss)
+
+    def pkts_acked(self, rtt: float, snd_una: int, snd_nxt: int, now: float, pacing_rate: int,
+                   gso_max_size: int, paced: bool) -> None:
+        """An ACK that cumulatively acked data gave an RTT sample (Linux ca_ops->pkts_acked,
+        called from tcp_clean_rtx_queue before cong_avoid): ``rtt`` is the sample of the most
+        recently sent packet it acked (ca_rtt_us), ``snd_una``/``snd_nxt`` after the ACK,
+        ``pacing_rate`` sk_pacing_rate in bytes/s, ``paced`` whether packets are paced (fq
+        or TCP's internal pacing: sk_pacing_status)."""
+
     def _loss_ssthresh(self, in_flight: int) -> int:
         # RFC 5681 §3.1 eq. (4): max(FlightSize / 2, 2*SMSS).
         return max(in_flight // 2, 2 * self.mss)
@@ -172,6 +200,10 @@ class CongestionControl:
     def on_loss_in_cwr(self, now: float, in_flight: int) -> None:
         """A loss found while an ECN reduction is under way: Linux keeps that reduction
         (tcp_enter_recovery skips tcp_init_cwnd_reduction in CWR); only DCTCP reacts."""
+
+    def on_delivered_ce(self, count: int) -> None:
+        """Accurate ECN (RFC 9768) reported ``count`` more CE-marked packets delivered (Linux
+        tcp_count_delivered_ce from tcp_accecn_process); called before ``on_ack_event``."""
 
     def on_ack_event(self, delivered: int, ece: bool, snd_una: int, snd_nxt: int) -> None:
         """Every ACK that advanced or SACKed data (Linux in_ack_event): ``delivered`` is the
@@ -248,18 +280,24 @@ class Cubic(CongestionControl):
     __slots__ = (
         "_after_rto",
         "_frac",
+        "_paced",
         "cwnd_epoch",
         "cwnd_prior",
         "epoch_start",
         "fast_convergence",
+        "hystart",
         "k",
         "w_est",
         "w_max",
     )
 
-    def __init__(self, mss: int, initial_window: int | None = None, *, fast_convergence: bool = True) -> None:
+    def __init__(self, mss: int, initial_window: int | None = None, *, fast_convergence: bool = True,
+                 hystart: bool = True) -> None:
         super().__init__(mss, initial_window)
         self.fast_convergence = fast_convergence
+        # RFC 9438 §4.10: slow start MAY use HyStart++ (RFC 9406); only the initial one does.
+        self.hystart: HystartPlusPlus | None = HystartPlusPlus() if hystart else None
+        self._paced = False
         self.w_max: float = 0.0  # bytes; 0 = no congestion event yet
         self.cwnd_prior: float = 0.0  # cwnd just before the last reduction (§4.3)
         self.epoch_start: float | None = None  # t_epoch (§4.2); None until first CA ACK
@@ -275,6 +313,28 @@ class Cubic(CongestionControl):
         self.cwnd_prior *= f
         self.cwnd_epoch *= f
         self.w_est *= f
+
+    def pkts_acked(self, rtt: float, snd_una: int, snd_nxt: int, now: float, pacing_rate: int,
+                   gso_max_size: int, paced: bool) -> None:
+        # RFC 9406 §4.2: one RTT sample per ACK feeds the round's minimum.
+        self._paced = paced
+        if self.hystart is not None and self.in_slow_start:
+            self.hystart.on_rtt(rtt, snd_una, snd_nxt)
+
+    def on_ack(
+        self, acked: int, now: float, rtt: float | None, in_flight: int, *, app_limited: bool = False
+    ) -> None:
+        hs = self.hystart
+        if hs is None or hs.done or not self.in_slow_start or acked <= 0 or app_limited:
+            super().on_ack(acked, now, rtt, in_flight, app_limited=app_limited)
+            return
+        grow = hs.growth(acked, self.mss, self._paced)
+        if grow is None:
+            # RFC 9406 §4.2: CSS_ROUNDS rounds of CSS: ssthresh = cwnd, on to avoidance.
+            self.ssthresh = self.cwnd
+            self._avoid(acked, now, rtt)
+            return
+        self.cwnd += min(grow, self.ssthresh - self.cwnd)
 
     def w_cubic(self, t: float) -> float:
         """RFC 9438 §4.2 eq. (1), in segments: C*(t-K)^3 + W_max, t seconds since t_epoch."""
@@ -324,6 +384,8 @@ class Cubic(CongestionControl):
         self.cwnd = max(int(whole), self.cwnd)
 
     def _reduce(self, in_flight: int) -> None:
+        if self.hystart is not None:
+            self.hystart.on_congestion()       # RFC 9406 §4.2: a loss ends HyStart++
         cwnd = float(self.cwnd)
         # §4.7 fast convergence: if this W_max is below the previous one, release bandwidth.
         if self.fast_convergence and cwnd < self.w_max:
@@ -357,12 +419,9 @@ class Cubic(CongestionControl):
         return info
 
 
-# Linux tcp_cubic.c constants: beta 717/1024, bic_scale 41 (C = 0.4), BICTCP_HZ 10, HZ 1000.
-_BETA = 717
+# Linux tcp_cubic.c constants: BICTCP_BETA_SCALE, HZ 1000 (beta and bic_scale are
+# module parameters: CubicParams).
 _BETA_SCALE = 1024
-_CUBE_RTT_SCALE = 41 * 10
-_CUBE_FACTOR = (1 << 40) // _CUBE_RTT_SCALE
-_FRIENDLY_SCALE = 8 * (_BETA_SCALE + _BETA) // 3 // (_BETA_SCALE - _BETA)   # beta_scale = 15
 _HZ = 1000
 
 
@@ -385,14 +444,25 @@ class LinuxCubic(CongestionControl):
 
     name: ClassVar[str] = "cubic"
 
-    __slots__ = ("ack_cnt", "acked_rem", "bic_k", "cnt", "cwnd_cnt", "delay_min", "epoch_start",
-                 "last_cwnd", "last_max_cwnd", "last_time", "origin", "tcp_cwnd")
+    __slots__ = ("ack_cnt", "acked_rem", "beta_scale", "bic_k", "cnt", "cube_factor", "cube_rtt_scale",
+                 "cwnd_cnt", "delay_min", "epoch_start", "hystart", "last_cwnd", "last_max_cwnd",
+                 "last_time", "origin", "params", "tcp_cwnd")
 
-    def __init__(self, mss: int, initial_window: int | None = None) -> None:
+    def __init__(self, mss: int, initial_window: int | None = None, *,
+                 params: CubicParams | None = None) -> None:
         super().__init__(mss, initial_window)
+        self.params = params if params is not None else CubicParams()
+        p = self.params
+        # cubictcp_register(): the scales are fixed when the module loads.
+        self.beta_scale = 8 * (_BETA_SCALE + p.beta) // 3 // max(_BETA_SCALE - p.beta, 1)
+        self.cube_rtt_scale = p.bic_scale * 10
+        self.cube_factor = (1 << 40) // self.cube_rtt_scale
         self.cwnd_cnt = 0          # tp->snd_cwnd_cnt
         self.acked_rem = 0         # bytes acked short of a whole packet
+        self.hystart = LinuxHystart()
         self._reset()
+        if not p.hystart and p.initial_ssthresh:
+            self.ssthresh = p.initial_ssthresh * mss        # cubictcp_init()
 
     def _reset(self) -> None:
         """bictcp_reset()."""
@@ -407,15 +477,28 @@ class LinuxCubic(CongestionControl):
         self.ack_cnt = 0
         self.tcp_cwnd = 0
 
+    def pkts_acked(self, rtt: float, snd_una: int, snd_nxt: int, now: float, pacing_rate: int,
+                   gso_max_size: int, paced: bool) -> None:
+        """cubictcp_acked(): track the minimum delay and run HyStart in slow start."""
+        jiffies = int(now * _HZ)
+        if self.epoch_start >= 0 and jiffies - self.epoch_start < _HZ:
+            return                 # discard delay samples right after a reduction
+        delay = max(int(rtt * 1e6), 1)
+        if self.delay_min == 0 or self.delay_min > delay:
+            self.delay_min = delay
+        p = self.params
+        mss = self.mss
+        if (not self.hystart.found and self.in_slow_start and p.hystart
+                and self.cwnd // mss >= p.hystart_low_window):
+            found = self.hystart.update(p, delay, self.delay_min, int(now * 1e6), snd_una, snd_nxt,
+                                        hystart_ack_delay_us(pacing_rate, gso_max_size), paced)
+            if found:
+                self.ssthresh = self.cwnd // mss * mss      # tp->snd_ssthresh = tcp_snd_cwnd(tp)
+
     def on_ack(
         self, acked: int, now: float, rtt: float | None, in_flight: int, *, app_limited: bool = False
     ) -> None:
         jiffies = int(now * _HZ)
-        if rtt is not None and not (self.epoch_start >= 0 and jiffies - self.epoch_start < _HZ):
-            # cubictcp_acked(): the smallest delay, except right after a reduction.
-            us = max(int(rtt * 1e6), 1)
-            if self.delay_min == 0 or self.delay_min > us:
-                self.delay_min = us
         if acked <= 0 or app_limited:
             return
         mss = self.mss
@@ -462,36 +545,38 @@ class LinuxCubic(CongestionControl):
                     self.bic_k = 0
                     self.origin = cwnd
                 else:
-                    self.bic_k = _icbrt(_CUBE_FACTOR * (self.last_max_cwnd - cwnd))
+                    self.bic_k = _icbrt(self.cube_factor * (self.last_max_cwnd - cwnd))
                     self.origin = self.last_max_cwnd
             t = jiffies - self.epoch_start + -(-self.delay_min // (1_000_000 // _HZ))
             t = (t << 10) // _HZ
             offs = abs(t - self.bic_k)
-            delta = (_CUBE_RTT_SCALE * offs * offs * offs) >> 40
+            delta = (self.cube_rtt_scale * offs * offs * offs) >> 40
             target = self.origin - delta if t < self.bic_k else self.origin + delta
             self.cnt = cwnd // (target - cwnd) if target > cwnd else 100 * cwnd
             if self.last_max_cwnd == 0 and self.cnt > 20:
                 self.cnt = 20      # unknown bandwidth: 5 % per RTT at first
-        # TCP friendliness: follow Reno's window when it is ahead.
-        delta = (cwnd * _FRIENDLY_SCALE) >> 3
-        while self.ack_cnt > delta:
-            self.ack_cnt -= delta
-            self.tcp_cwnd += 1
-        if self.tcp_cwnd > cwnd:
-            max_cnt = cwnd // (self.tcp_cwnd - cwnd)
-            if self.cnt > max_cnt:
-                self.cnt = max_cnt
+        if self.params.tcp_friendliness:
+            # TCP friendliness: follow Reno's window when it is ahead.
+            delta = max((cwnd * self.beta_scale) >> 3, 1)
+            while self.ack_cnt > delta:
+                self.ack_cnt -= delta
+                self.tcp_cwnd += 1
+            if self.tcp_cwnd > cwnd:
+                max_cnt = cwnd // (self.tcp_cwnd - cwnd)
+                if self.cnt > max_cnt:
+                    self.cnt = max_cnt
         self.cnt = max(self.cnt, 2)
 
     def _recalc_ssthresh(self) -> None:
         """cubictcp_recalc_ssthresh(): Wmax with fast convergence, ssthresh = cwnd * beta."""
         cwnd = self.cwnd // self.mss
+        beta = self.params.beta
         self.epoch_start = -1
-        if cwnd < self.last_max_cwnd:
-            self.last_max_cwnd = cwnd * (_BETA_SCALE + _BETA) // (2 * _BETA_SCALE)
+        if cwnd < self.last_max_cwnd and self.params.fast_convergence:
+            self.last_max_cwnd = cwnd * (_BETA_SCALE + beta) // (2 * _BETA_SCALE)
         else:
             self.last_max_cwnd = cwnd
-        self.ssthresh = max(cwnd * _BETA // _BETA_SCALE, 2) * self.mss
+        self.ssthresh = max(cwnd * beta // _BETA_SCALE, 2) * self.mss
 
     def on_congestion_event(self, now: float, in_flight: int) -> None:
         self._recalc_ssthresh()
@@ -503,6 +588,9 @@ class LinuxCubic(CongestionControl):
         if first_timeout:
             self._recalc_ssthresh()
         self._reset()
+        # The round restarts now; it ends at the first ACK past what is outstanding (Linux
+        # records snd_nxt, which the caller does not pass here: any later ACK ends it).
+        self.hystart.restart(int(now * 1e6), -1)
         self.cwnd = self.mss
         self.cwnd_cnt = 0
 
@@ -561,6 +649,9 @@ class Dctcp(NewReno):
         self.old_delivered = 0
         self.old_delivered_ce = 0
         self.loss_cwnd = 0
+
+    def on_delivered_ce(self, count: int) -> None:
+        self.delivered_ce += count        # AccECN: the exact count (tp->delivered_ce)
 
     def on_ack_event(self, delivered: int, ece: bool, snd_una: int, snd_nxt: int) -> None:
         # Linux tcp_count_delivered: packets delivered by an ACK with ECE count as CE.
@@ -634,6 +725,11 @@ def create_congestion_control(name: str, mss: int, initial_window: int | None = 
     if cls is Dctcp and config is not None:
         return Dctcp(mss, initial_window, shift_g=config.dctcp_shift_g,
                      alpha_on_init=config.dctcp_alpha_on_init)
+    if cls is LinuxCubic and config is not None:
+        # Shared, as Linux's module parameters: a later write is seen by every connection.
+        return LinuxCubic(mss, initial_window, params=config.cubic)
+    if cls is Cubic and config is not None:
+        return Cubic(mss, initial_window, hystart=config.hystart_pp)
     return cls(mss, initial_window)
 
 

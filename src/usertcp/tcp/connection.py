@@ -22,8 +22,7 @@ Rules followed (section numbers of the RFCs cited):
   (falls out of the pipe estimate, as in Linux: each dupack lets one segment leave).
 - RFC 896/Minshall (Linux's Nagle variant), RFC 9293 §3.8.6.2: silly window avoidance.
 - RFC 1122 §4.2.3.6: keepalive; RFC 9293 §3.8.6.1: zero-window probing.
-- RFC 3168: ECN, as Linux does it (``tcp_ecn`` sysctl): negotiation in the handshake, ECT(0)
-  on new data, ECE echoed from a CE mark until CWR, one cwnd reduction per window (CWR state).
+- RFC 3168 ECN and RFC 9768 Accurate ECN as Linux (``tcp_ecn``; ``tcp/accecn.py``, docs/ecn.md).
 """
 
 from __future__ import annotations
@@ -35,11 +34,13 @@ from typing import TYPE_CHECKING
 from usertcp.native import mypyc_attr
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
+from usertcp.tcp.challenge import OutOfWindowLimit
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.errqueue import ErrorQueue
-from usertcp.tcp.handshake import Handshake
+from usertcp.tcp.handshake import AccEcn, Handshake
 from usertcp.tcp.info import tcp_info
 from usertcp.tcp.md5sig import Md5Keys
+from usertcp.tcp.mtu_probe import PathMtu
 from usertcp.tcp.output import IP_PMTUDISC_WANT, MAX_WINDOW, Output
 from usertcp.tcp.reassembly import ReassemblyQueue
 from usertcp.tcp.receive import Receive
@@ -48,6 +49,7 @@ from usertcp.tcp.rtt import RttEstimator
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import CURR_ESTAB, RECEIVING, SENDING, SYNCHRONIZED, Effect, State, transition_effects
 from usertcp.tcp.timers import Timers
+from usertcp.tcp.timewait import TS_PAWS_IDLE, timewait_arrives
 from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE, notsent_below_lowat
 from usertcp.wire.segment import ACK, FIN, RST, SYN, URG, Buffer, Segment
 
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
     from usertcp.tcp.host import ConnectionHost
     from usertcp.tcp.stack import Listener
 
-TS_PAWS_IDLE = 24 * 24 * 3600.0   # RFC 7323 §5.5: ts_recent is invalid after 24 days idle
 
 
 @mypyc_attr(native_class=False)      # mypyc compiles no subclass of this builtin exception
@@ -91,6 +92,7 @@ class Connection:
         self.recverr = False
         self.pmtudisc = IP_PMTUDISC_WANT   # Linux's default for TCP
         self.pmtu = 0                  # 0: the link MTU
+        self.path = PathMtu(self)      # the cached route and RFC 4821 MTU probing
         self.closed_by_app = False     # close() called: the socket is orphaned
         self.read_shutdown = False
         self.write_shutdown = False
@@ -169,6 +171,7 @@ class Connection:
         self.md5_keys: Md5Keys | None = None   # TCP_MD5SIG keys set on this socket
         self.pred_flags = 0                    # 0: header prediction off
         self.ecn_flags = 0                     # ECN_* (Linux tp->ecn_flags)
+        self.accecn: AccEcn | None = None      # Accurate ECN state (tcp/accecn.py), if asked for
 
         # Socket options.
         self.keepalive = False
@@ -178,7 +181,7 @@ class Connection:
         self.user_timeout = 0.0        # TCP_USER_TIMEOUT in seconds, 0 = off
         self.linger_zero = False
         self.tos = 0                   # IP_TOS for every packet of this connection
-        self.oow_last = -INF           # last out-of-window ACK we sent (rate limit)
+        self.oow = OutOfWindowLimit()  # out-of-window ACKs' rate limit (tcp_invalid_ratelimit)
         self.rtt = RttEstimator(rto_initial=cfg.rto_initial, rto_min=cfg.rto_min, rto_max=cfg.rto_max)
         self.cc: CongestionControl = create_congestion_control(cfg.congestion_control, 536, config=cfg)
 
@@ -340,12 +343,10 @@ class Connection:
         if effects & Effect.TIME_WAIT:
             self._time_wait_entered(now)
 
-    def compute_mss(self) -> None:
-        """Effective send MSS: the peer's MSS less our per-segment options (RFC 9293 §3.7.1)."""
-        own = self.stack.mtu_mss(self.v6)
-        if self.pmtu:
-            own = min(own, self.pmtu - (60 if self.v6 else 40))
-        mss = min(self.peer_mss, own)
+    def compute_mss(self, mtu: int = 0) -> None:
+        """Send MSS for the path MTU (or ``mtu``): RFC 9293 §3.7.1, Linux tcp_sync_mss."""
+        mtu = mtu or self.path.mtu()
+        mss = min(self.peer_mss, mtu - (60 if self.v6 else 40))
         if self.user_mss:
             mss = min(mss, self.user_mss)
         mss = max(mss, self.config.min_snd_mss)     # Linux __tcp_mtu_to_mss: before the options
@@ -353,7 +354,7 @@ class Connection:
             mss -= 12
         if self.md5_key is not None:
             mss -= 20
-        self.mss = max(mss, 8)     # Linux TCP_MIN_SND_MSS minus a full option set: 8 data bytes
+        self.mss = self.path.sync_mss(max(mss, 8), mtu)   # 8: TCP_MIN_SND_MSS less all options
         self.cc.set_mss(self.mss)
 
     def pmtu_reduced(self, mtu: int) -> bool:
@@ -419,16 +420,16 @@ class Connection:
     # ----------------------------------------------------------- user commands
 
     def send(self, data: Buffer, now: float, *, more: bool = False, eor: bool = False,
-             pinned: bool = False, tstamp: int = 0) -> int:
+             pinned: bool = False, tstamp: int = 0, regions: Sequence[int] = ()) -> int:
         """Queue what the send buffer takes of ``data`` (Linux tcp_sendmsg_locked); returns
         how many bytes were taken, 0 when a new skb is needed and none may be opened.
-        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion;
-        ``tstamp`` marks the write's end for SO_TIMESTAMPING (Output.write)."""
+        ``pinned`` (MSG_ZEROCOPY) keeps a mutable buffer by reference until its completion, as
+        frags of its ``regions``; ``tstamp``: SO_TIMESTAMPING (Output.write)."""
         if self.error:
             raise OSError(self.error, "connection failed")
         if self.write_shutdown or self.state not in SENDING:
             raise OSError(errno.EPIPE, "cannot send after shutdown")
-        copied = self.tx.write(data, now, more, eor, pinned, tstamp)
+        copied = self.tx.write(data, now, more, eor, pinned, tstamp, regions)
         if copied and self.is_synchronized:
             self.reschedule()      # the stack must learn the retransmission deadline
         return copied
@@ -489,7 +490,7 @@ class Connection:
     def recv(self, n: int, now: float) -> bytes:
         if self.collector is not None:
             raise ReceiveClaimedError()
-        data = self.rcv_buf.read(n)
+        data = self.rx.read(n)             # bounded by the urgent mark (tcp/urgent.py)
         if data:
             self.rx.after_read(now)
             self.rx.update_prediction()
@@ -498,7 +499,7 @@ class Connection:
     def recv_into(self, target: memoryview, now: float) -> int:
         if self.collector is not None:
             raise ReceiveClaimedError()
-        n = self.rcv_buf.read_into(target)
+        n = self.rx.read_into(target)
         if n:
             self.rx.after_read(now)
             self.rx.update_prediction()
@@ -628,6 +629,8 @@ class Connection:
         st = self.state
         if st is State.SYN_SENT:
             self.handshake.syn_sent_arrives(seg, now)
+        elif st is State.TIME_WAIT:
+            timewait_arrives(self, seg, now)
         else:
             self._synchronized_arrives(seg, now)
         if self.state is not State.CLOSED:
@@ -642,24 +645,15 @@ class Connection:
 
     def _challenge_ack(self, now: float) -> None:
         """RFC 5961 §7: challenge ACKs, limited per connection, then by the stack's budget."""
-        if not self._oow_allowed(now):
+        if not self.oow_ack_allowed(now):
             self.mib["TcpExtTCPACKSkippedChallenge"] += 1
         elif self.stack.challenge_ack_allowed(now):    # Linux counts no skip for the budget
             self.mib["TcpExtTCPChallengeACK"] += 1
             self.tx.send_ack(now)
 
-    def _oow_allowed(self, now: float, seg: Segment | None = None) -> bool:
-        """Linux tcp_oow_rate_limited: at most one out-of-window ACK per invalid_ratelimit.
-
-        Data segments without SYN are exempt ("not likely part of an ACK loop") and do not
-        use up the slot that challenge ACKs share.
-        """
-        if seg is not None and len(seg.payload) and not seg.flags & SYN:
-            return True
-        if now - self.oow_last < self.config.invalid_ratelimit:
-            return False
-        self.oow_last = now
-        return True
+    def oow_ack_allowed(self, now: float, seg: Segment | None = None) -> bool:
+        """May an out-of-window ACK go now (tcp_oow_rate_limited, tcp/challenge.py)?"""
+        return self.oow.allowed(now, self.config.invalid_ratelimit, seg)
 
     def _synchronized_arrives(self, seg: Segment, now: float) -> None:
         """RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states, step by step; each
@@ -668,6 +662,11 @@ class Connection:
         seg_off = self.rcv_off(seg.seq)
         if self.state is State.ESTABLISHED:
             self.mib["UsertcpSlowPathSegs"] += 1
+        if not flags & (ACK | RST | SYN) and not (self.passive and self.state is State.SYN_RECEIVED):
+            # Linux tcp_rcv_established / tcp_rcv_state_process: none of ACK, RST and SYN
+            # (a bare FIN, data without ACK): dropped before any check, and unanswered.
+            self.mib["SKB_DROP_REASON_TCP_FLAGS"] += 1
+            return
         if self._before_sequence_check(seg, now) or self._sequence_step(seg, seg_off, now):
             return
         if flags & RST:
@@ -680,16 +679,13 @@ class Connection:
             self._text_step(seg, seg_off, now)
 
     def _before_sequence_check(self, seg: Segment, now: float) -> bool:
-        """TIME_WAIT reuse by a new SYN, then PAWS (RFC 7323 §5.3), before the sequence check."""
+        """PAWS (RFC 7323 §5.3), before the sequence check (TIME-WAIT: tcp/timewait.py)."""
         flags = seg.flags
-        if self.state is State.TIME_WAIT and flags & SYN and not flags & (RST | ACK):
-            # RFC 9293 §3.10.7.4 / RFC 6191: a new SYN may reuse a TIME_WAIT pair.
-            if self.stack.time_wait_reuse(self, seg, now):
-                return True
         if self.ts_ok and seg.ts_val >= 0 and not flags & RST:
             if seq_diff(seg.ts_val, self.ts_recent) < 0 and now - self.ts_recent_time < TS_PAWS_IDLE:
                 self.mib["TcpExtPAWSEstab"] += 1
-                if self._oow_allowed(now, seg):
+                self.mib["SKB_DROP_REASON_TCP_RFC7323_PAWS"] += 1
+                if self.oow_ack_allowed(now, seg):
                     self.tx.send_ack(now)
                 return True
         return False
@@ -702,29 +698,26 @@ class Connection:
         plen = len(seg.payload)
         if st is State.SYN_RECEIVED and self.handshake.syn_received_sequence(seg, now):
             return True
-        if st is State.TIME_WAIT and flags & FIN and not flags & (SYN | RST) \
-                and seg_off + plen + 1 == self.rcv_nxt:
-            # RFC 9293 §3.10.7.4 eighth: a retransmitted FIN in TIME-WAIT is ACKed and
-            # restarts the 2 MSL timeout.
-            self.tx.send_ack(now)
-            self.timers.time_wait_deadline = now + self.config.time_wait
-            return True
         seg_len = plen + (1 if flags & SYN else 0) + (1 if flags & FIN else 0)
         if self._acceptable(seg_off, seg_len, max(self.rcv_adv - self.rcv_nxt, 0)):
             return False
+        mib = self.mib
+        # Linux tcp_sequence (RCV.NXT standing in for rcv_wup, the last window update).
+        mib["SKB_DROP_REASON_TCP_OLD_SEQUENCE" if seg_off + seg_len < self.rcv_nxt
+            else "SKB_DROP_REASON_TCP_INVALID_SEQUENCE"] += 1
         if flags & RST:
             return True
-        if st is State.SYN_RECEIVED and flags & SYN:
-            self._challenge_ack(now)
+        if flags & SYN:
+            # tcp_validate_incoming: an out-of-window SYN is challenged like one in window.
+            self._syn_challenge(now)
             return True
-        mib = self.mib
         mib["UsertcpOutOfWindow"] += 1
         if seg_off < self.rcv_nxt and plen:
             dsack = self.sack_ok and self.config.dsack
             mib["TcpExtTCPDSACKOldSent" if dsack else "UsertcpDupData"] += 1
             if dsack:
                 self.rx.dsack = (seg_off, min(seg_off + plen, self.rcv_nxt))
-        if self._oow_allowed(now, seg):
+        if self.oow_ack_allowed(now, seg):
             self.tx.send_ack(now)
         else:
             mib["TcpExtTCPACKSkippedSeq"] += 1
@@ -733,15 +726,13 @@ class Connection:
     def _rst_step(self, seg_off: int, now: float) -> None:
         """Second: RST (RFC 5961 §3.2): exactly RCV.NXT resets, elsewhere in the window challenges."""
         if seg_off != self.rcv_nxt:
+            self.mib["SKB_DROP_REASON_TCP_RESET"] += 1
             self._challenge_ack(now)
             return
         st = self.state
         if st is State.SYN_RECEIVED and self.passive:
             self.stack.forget_embryonic(self)
             self.error = errno.ECONNRESET   # only a fast-open child is visible to an app
-            self.close_now(now)
-        elif st is State.TIME_WAIT:
-            # Linux tcp_rfc1337=0: a reset kills the TIME_WAIT (RFC 1337 would ignore it).
             self.close_now(now)
         else:
             self.reset_by_peer(now)
@@ -754,6 +745,17 @@ class Connection:
             self.tx.send_rst(now)
             self.close_now(now)
             return
+        self._syn_challenge(now)
+
+    def _syn_challenge(self, now: float) -> None:
+        """Linux tcp_validate_incoming's syn_challenge: counted (TCPSYNChallenge, TcpInErrs on
+        the established path, SKB_DROP_REASON_TCP_INVALID_SYN), then a challenge ACK."""
+        mib = self.mib
+        if not (self.passive and self.state is State.SYN_RECEIVED):
+            mib["TcpExtTCPSYNChallenge"] += 1
+            mib["SKB_DROP_REASON_TCP_INVALID_SYN"] += 1
+            if self.state is State.ESTABLISHED:
+                mib["TcpInErrs"] += 1
         self._challenge_ack(now)
 
     def _ack_step(self, seg: Segment, seg_off: int, now: float) -> bool:
@@ -765,23 +767,20 @@ class Connection:
         if ack_off > self.snd_max:
             # RFC 9293 / RFC 5961 §5.2: an ACK for data never sent.
             self.mib["UsertcpAckUnsent"] += 1
-            if self._oow_allowed(now):
+            self.mib["SKB_DROP_REASON_TCP_ACK_UNSENT_DATA"] += 1
+            if self.oow_ack_allowed(now):
                 self.tx.send_ack(now)
             return True
         if ack_off < self.snd_una - self.max_snd_wnd:
+            self.mib["SKB_DROP_REASON_TCP_TOO_OLD_ACK"] += 1
             self._challenge_ack(now)
             return True
         # RFC 7323 §4.3: update ts_recent for a segment that covers last_ack_sent.
         if self.ts_ok and seg.ts_val >= 0 and seg_off <= self.last_ack_sent \
                 and seq_diff(seg.ts_val, self.ts_recent) >= 0:
-            self.ts_recent = seg.ts_val
-            self.ts_recent_time = now
+            self.rx.store_ts_recent(seg.ts_val, now)
         self.recovery.on_ack(seg, ack_off, seg_off, now)
         st = self.state
-        if st is State.TIME_WAIT and seg.flags & FIN:
-            # A retransmitted FIN: ACK it and restart the 2 MSL timer (RFC 9293 §3.10.7.4).
-            self.tx.send_ack(now)
-            self.timers.time_wait_deadline = now + self.config.time_wait
         return st is State.CLOSED or st is State.TIME_WAIT
 
     def _text_step(self, seg: Segment, seg_off: int, now: float) -> None:
@@ -789,8 +788,8 @@ class Connection:
         mib = self.mib
         flags = seg.flags
         plen = len(seg.payload)
-        if flags & URG:
-            mib["UsertcpUrgentSegs"] += 1     # urgent data is delivered inline (RFC 6093)
+        if flags & URG or self.rx.urgent.held:
+            self.rx.urgent.on_segment(self, seg, seg_off)   # tcp_urg (tcp/urgent.py)
         if not plen and not flags & FIN:
             return
         if self.state not in RECEIVING:

@@ -42,12 +42,13 @@ _U32: Final = 1 << 32
 
 class ExtendedError:
     """One queued notification: ``struct sock_extended_err`` plus what the skb carried (the
-    software timestamp of a timestamping entry, the length of the data it holds)."""
+    software timestamp of a timestamping entry, the length of the data it holds, or the
+    SCM_TIMESTAMPING_OPT_STATS payload it holds instead)."""
 
-    __slots__ = ("code", "data", "errno", "info", "length", "origin", "tstamp", "type")
+    __slots__ = ("code", "data", "errno", "info", "length", "origin", "stats", "tstamp", "type")
 
     def __init__(self, origin: int, *, err: int = 0, code: int = 0, info: int = 0, data: int = 0,
-                 tstamp: float | None = None, length: int = 0) -> None:
+                 tstamp: float | None = None, length: int = 0, stats: bytes | None = None) -> None:
         self.errno = err
         self.origin = origin
         self.type = 0
@@ -56,6 +57,7 @@ class ExtendedError:
         self.data = data
         self.tstamp = tstamp       # seconds, the caller's clock (SCM_TIMESTAMPING ts[0])
         self.length = length       # bytes recvmsg could copy out (MSG_TRUNC beyond the iovec)
+        self.stats = stats         # tcp_get_timestamping_opt_stats() (wire/opt_stats.py)
 
     def __repr__(self) -> str:
         return (f"ExtendedError(origin={self.origin}, errno={self.errno}, code={self.code}, "
@@ -65,10 +67,11 @@ class ExtendedError:
 class ErrorQueue:
     """The error queue of one connection and the transmit notifiers that feed it."""
 
-    __slots__ = ("_q", "conn", "tstamp", "zerocopy")
+    __slots__ = ("_q", "ack_ttl", "conn", "tstamp", "zerocopy")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.ack_ttl = -1          # TTL / hop limit of the last ACK processed (TCP_NLA_TTL)
         self._q: deque[ExtendedError] = deque()
         self.zerocopy: Zerocopy | None = None     # SO_ZEROCOPY sends in flight
         self.tstamp: TxTimestamps | None = None   # SO_TIMESTAMPING state
@@ -101,11 +104,12 @@ class ErrorQueue:
         self.push(ExtendedError(SO_EE_ORIGIN_ZEROCOPY, info=lo, data=hi,
                                 code=SO_EE_CODE_ZEROCOPY_COPIED if copied else 0))
 
-    def push_timestamp(self, kind: int, key: int, now: float, length: int) -> None:
+    def push_timestamp(self, kind: int, key: int, now: float, length: int,
+                       stats: bytes | None = None) -> None:
         """__skb_complete_tx_timestamp(): ee_errno ENOMSG, ee_info the SCM_TSTAMP_* kind,
-        ee_data the byte key (with SOF_TIMESTAMPING_OPT_ID)."""
+        ee_data the byte key (with SOF_TIMESTAMPING_OPT_ID); ``stats`` with OPT_STATS."""
         self.push(ExtendedError(SO_EE_ORIGIN_TIMESTAMPING, err=errno.ENOMSG, info=kind, data=key % _U32,
-                                tstamp=now, length=length))
+                                tstamp=now, length=len(stats) if stats else length, stats=stats))
 
     # ---------------------------------------------------------------- connection events
 

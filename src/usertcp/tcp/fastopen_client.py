@@ -213,7 +213,10 @@ class ActiveFastOpen:
             space = max(min(self.path_mss(conn), st.mss_clamp), 48) - MAX_OPTIONS_LEN
             space = max(min(space, len(data), conn.send_space), 0)
             if space:
+                # The data is an skb of its own, with PSH, already in the retransmit queue
+                # (tcp_send_syn_data): later writes start a new skb.
                 conn.queue_views([bytes(memoryview(data)[:space])])
+                conn.snd_buf.send_packet(0, space)
             st.copied = space
         self.stack.connect(conn, now)
         return st.copied
@@ -294,8 +297,12 @@ class ActiveFastOpen:
         self.cache.store(conn.remote_ip, mss, cookie, exp, syn_lost=syn_drop, try_exp=try_exp, now=now)
         if unacked:
             st.client_fail = TFO_SYN_RETRANSMITTED if conn.total_retrans else TFO_DATA_NOT_ACKED
-            # tcp_mark_skb_lost + tcp_non_congestion_loss_retransmit: resend now, no cwnd cut.
-            conn.handshake.rewind_syn_data(conn.snd_una)
+            # tcp_mark_skb_lost on the data's skb + tcp_non_congestion_loss_retransmit: it is
+            # retransmitted now (tcpi_retrans, total_retrans, TcpRetransSegs), no cwnd cut.
+            rec = conn.recovery
+            for r in rec.rtx:
+                rec.mark_lost(r)
+            rec.non_congestion_loss()
             conn.mib["TcpExtTCPFastOpenActiveFail"] += 1
             return
         if st.syn_data:

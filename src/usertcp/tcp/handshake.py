@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.config import ECN_ON
+from usertcp.tcp.accecn import AccEcn as AccEcn  # the control block's type (Connection.accecn)
+from usertcp.tcp.accecn import accecn_for_active_open, accecn_for_syn, settle_accecn
+from usertcp.tcp.config import ECN_ACCECN_IN_ECN_OUT, ECN_ON
 from usertcp.tcp.congestion import congestion_needs_ecn
 from usertcp.tcp.recovery import ECN_OK, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
@@ -66,7 +68,10 @@ class Handshake:
         c.snd_max = 0
         # Linux tcp_ecn_send_syn: tcp_ecn=1 requests ECN on an active open, and so does a
         # congestion control that needs it (tcp_ca_needs_ecn: DCTCP).
-        c.ecn_flags = ECN_OK if c.config.ecn == ECN_ON or c.cc.needs_ecn else 0
+        # tcp_ecn=3 asks for AccECN instead (RFC 9768 §3.1.1), 4 for RFC 3168 ECN.
+        c.accecn = accecn_for_active_open(c.config)
+        wants = c.config.ecn in (ECN_ON, ECN_ACCECN_IN_ECN_OUT) or c.cc.needs_ecn
+        c.ecn_flags = ECN_OK if wants and c.accecn is None else 0
         c.set_state(State.SYN_SENT, now)
         c.timers.first_rto_time = now
         c.rx.init_window(True)          # tcp_select_initial_window (tcp/window.py)
@@ -77,26 +82,40 @@ class Handshake:
         """RFC 9293 §3.10.7.3, SYN-SENT."""
         c = self.conn
         flags = seg.flags
+        # Drops are counted under Linux tcp_rcv_synsent_state_process's reasons.
+        mib = c.mib
         if flags & ACK:
             ack_off = seq_diff(seg.ack, c.iss)
             if ack_off <= 0 or ack_off > c.snd_max:
+                mib["SKB_DROP_REASON_TCP_INVALID_ACK_SEQUENCE"] += 1
                 if not flags & RST:
                     c.stack.send_reset_for(seg, now)
                 return
             if not flags & RST and self._paws_active_rejected(seg, now):
-                c.mib["TcpExtPAWSActiveRejected"] += 1
+                mib["TcpExtPAWSActiveRejected"] += 1
+                mib["SKB_DROP_REASON_TCP_RFC7323_PAWS"] += 1
                 c.stack.send_reset_for(seg, now)
                 return
         if flags & RST:
             if flags & ACK:
                 c.reset_by_peer(now)
+            else:
+                mib["SKB_DROP_REASON_TCP_RESET"] += 1    # no ACK: cannot be for our SYN
             return
         if not flags & SYN:
+            # An acceptable ACK without SYN: TCP_FLAGS; neither SYN, RST nor ACK: RFC 9293
+            # "fifth", where Linux leaves the reason unspecified.
+            mib["SKB_DROP_REASON_TCP_FLAGS" if flags & ACK else "SKB_DROP_REASON_NOT_SPECIFIED"] += 1
             return
         c.irs = seg.seq
         c.rcv_nxt = 1
         c.rcv_adv = 1 + c.syn_window
         self.negotiate(seg, now)
+        if c.accecn is not None:
+            # RFC 9768 Table 2 (Linux tcp_ecn_rcv_synack / tcp_ecn_rcv_syn): AccECN, or a
+            # fallback to RFC 3168 or to no ECN.
+            c.accecn, rfc3168 = settle_accecn(c.accecn, seg)
+            c.ecn_flags = ECN_OK if rfc3168 else 0
         if c.ecn_flags & ECN_OK:
             # RFC 3168 §6.1.1: a SYN-ACK sets ECN up with ECE alone (ECE|CWR is not a setup:
             # Linux tcp_ecn_rcv_synack); a crossing SYN needs both (tcp_ecn_rcv_syn).
@@ -140,6 +159,8 @@ class Handshake:
             c.timers.delack_deadline = now + c.config.delack_max
         else:
             c.rx.ack_now = True            # RFC 9293: ACK the SYN-ACK at once
+            if c.accecn is not None:
+                c.accecn.reflect_on_next_ack()
 
     def _paws_active_rejected(self, seg: Segment, now: float) -> bool:
         """Linux tcp_rcv_synsent_state_process (RFC 7323 PAWS): a SYN-ACK's TSecr must lie
@@ -166,6 +187,9 @@ class Handshake:
         self.negotiate(seg, now)
         c.rx.init_window(c.ws_ok)
         c.ecn_flags = ECN_OK if ecn_syn_acceptable(seg, c.config) else 0
+        c.accecn = accecn_for_syn(seg, c.config)     # tcp_ecn 3..5 (tcp_ecn_create_request)
+        if c.accecn is not None:
+            c.ecn_flags = 0
         c.snd_wnd = seg.window          # RFC 7323 §2.2: the window in a SYN is not scaled
         c.max_snd_wnd = c.snd_wnd
         c.snd_wl1 = 0
@@ -235,7 +259,7 @@ class Handshake:
         c = self.conn
         plen = len(payload)
         if plen:
-            c.rcv_buf.append(payload)
+            c.rcv_buf.append(payload, c.stack.now)
             c.rcv_nxt += plen
             c.bytes_received += plen
             c.data_segs_in += 1
@@ -328,6 +352,9 @@ class Handshake:
         c.rtt.reset_backoff()
         c.syn_retries = 0
         c.set_state(State.ESTABLISHED, now)
+        if c.accecn is not None and c.passive:
+            c.accecn.third_ack(seg.flags, not len(seg.payload) and not seg.sack_blocks, seg.ecn,
+                               len(seg.payload), seg.accecn)
         if c.fin_received:
             # A fast-open SYN+FIN was taken at SYN time (tcp_fastopen_add_skb -> tcp_fin).
             c.set_state(State.CLOSE_WAIT, now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from usertcp.tcp.accecn import accecn_info
 from usertcp.tcp.fastopen_client import ClientTfo
 from usertcp.tcp.recovery import ECN_OK, ECN_SEEN
 
@@ -71,8 +72,8 @@ def _options(conn: Connection) -> int:
         opts |= TCPI_OPT_WSCALE
     if conn.ecn_flags & ECN_OK:
         opts |= TCPI_OPT_ECN
-    if conn.ecn_flags & ECN_SEEN:
-        opts |= TCPI_OPT_ECN_SEEN
+    if conn.ecn_flags & ECN_SEEN or (conn.accecn is not None and conn.accecn.seen):
+        opts |= TCPI_OPT_ECN_SEEN       # AccECN sets TCP_ECN_SEEN too (not TCPI_OPT_ECN)
     if conn.syn_data_acked:
         opts |= TCPI_OPT_SYN_DATA
     return opts
@@ -127,10 +128,9 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
         "tcpi_fastopen_client_fail": conn.tfo.client_fail if isinstance(conn.tfo, ClientTfo) else 0,
     }
     out.update(rtt.as_info())
+    out.update(accecn_info(conn.accecn, conn.recovery.delivered_ce))
     tx = conn.tx
-    out.update(tx.chrono.info(now))
-    out["tcpi_bytes_sent"] = tx.bytes_sent
-    out["tcpi_bytes_retrans"] = tx.bytes_retrans
+    out.update(tx.chrono.info(now), tcpi_bytes_sent=tx.bytes_sent, tcpi_bytes_retrans=tx.bytes_retrans)
     out["tcpi_pacing_rate"] = tx.pacing_rate()
     out["tcpi_max_pacing_rate"] = (1 << 64) - 1     # no SO_MAX_PACING_RATE: unlimited (~0ULL)
     # Milliseconds since data last left (jiffies_to_msecs(now - lsndtime)).

@@ -9,15 +9,18 @@ options, and the emit path that turns one segment into an IP packet for the stac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from usertcp.tcp.buffers import SKB_EOR, SKB_PSH
+from usertcp.tcp.buffers import MAX_SKB_FRAGS, SKB_EOR, SKB_PSH
 from usertcp.tcp.info import (
     CHRONO_BUSY,
     CHRONO_RWND_LIMITED,
     CHRONO_SNDBUF_LIMITED,
     Chrono,
 )
+from usertcp.tcp.pacing import Pacer
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_LOSS,
@@ -30,6 +33,7 @@ from usertcp.tcp.recovery import (
 )
 from usertcp.tcp.seq import SEQ_MASK
 from usertcp.tcp.states import SYNCHRONIZED, State
+from usertcp.tcp.zerocopy import frag_fit
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import ACK, CWR, ECE, ECN_ECT0, FIN, PSH, RST, SYN, Buffer, Segment
 from usertcp.wire.tcp import encode_options
@@ -53,7 +57,8 @@ class Output:
     """The transmit side of one connection: its Nagle/cork state and the segments it builds."""
 
     __slots__ = ("bytes_retrans", "bytes_sent", "chrono", "conn", "corked", "data_sent_time", "force_push",
-                 "mid_write", "more_pending", "nagle_off", "push_end", "snd_sml", "ts_last", "xmit_budget")
+                 "mid_write", "more_pending", "nagle_off", "pacer", "push_end", "snd_sml", "ts_last",
+                 "xmit_budget")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -70,6 +75,7 @@ class Output:
         self.chrono = Chrono()         # busy / rwnd-limited / sndbuf-limited time (tcp_info)
         self.bytes_sent = 0            # data bytes sent, retransmissions included (tp->bytes_sent)
         self.bytes_retrans = 0         # data bytes retransmitted (tp->bytes_retrans)
+        self.pacer = Pacer(conn)       # departure times at the pacing rate (fq, tcp/pacing.py)
 
     def size_goal(self) -> int:
         """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
@@ -77,8 +83,8 @@ class Output:
         GSO (TCP-MD5 turns it off)."""
         c = self.conn
         mss = c.mss
-        if c.md5_key is not None or c.stack.gso_max_size < 0:
-            return mss
+        if c.md5_key is not None:      # without offload, TCP still builds GSO skbs (sk_setup_caps
+            return mss                 # forces NETIF_F_GSO; software GSO cuts them per packet)
         goal = GSO_MAX_SIZE
         cutoff = c.max_snd_wnd >> 1 if c.max_snd_wnd > 536 else c.max_snd_wnd
         if cutoff and goal > cutoff:
@@ -164,25 +170,8 @@ class Output:
             if rx.comp.count:
                 rx.compressed_acks_sent()
             rx.dsack = None
-        tos = c.tos
-        ef = c.ecn_flags
-        if syn:
-            if ef & ECN_OK and c.cc.needs_ecn and not flags & ACK:
-                tos |= ECN_ECT0     # Linux tcp_ecn_send_syn: INET_ECN_xmit for DCTCP's SYN
-        elif ef:
-            # Linux tcp_ecn_send(): only new data is ECT(0) (RFC 3168 §6.1.5: never pure ACKs
-            # or retransmissions), and the first of it after a reduction carries CWR; ECE
-            # goes on every segment while a CE mark waits for the peer's CWR (§6.1.3). A
-            # controller that needs ECN (DCTCP, RFC 8257 §3.1) keeps every packet ECT.
-            if ef & ECN_OK and c.cc.needs_ecn:
-                tos |= ECN_ECT0
-            if payload and off >= c.snd_max:
-                tos |= ECN_ECT0
-                if ef & ECN_QUEUE_CWR:
-                    c.ecn_flags = ef = ef & ~ECN_QUEUE_CWR
-                    flags |= CWR
-            if ef & ECN_DEMAND_CWR and c.state is not State.TIME_WAIT:
-                flags |= ECE
+        c.path.on_transmit()           # __sk_dst_check: a changed route is looked up again
+        flags, tos = self.ecn_marks(flags, syn, bool(payload), off)
         pkt = build_packet(src=c.local_ip, dst=c.remote_ip, sport=c.local_port,
                            dport=c.remote_port, seq=(c.iss + off) & SEQ_MASK, ack=ack, flags=flags,
                            window=window, options=options, payload=payload, ttl=c.config.ttl,
@@ -191,6 +180,8 @@ class Output:
         # Only an explicit False is a refusal: a wrapper of output() that drops its result
         # (it returned None before refusals existed) must not read as one.
         ok = c.stack.output(pkt) is not False
+        if ok:
+            self.pacer.on_transmit(now, len(pkt))      # EDT: tcp_update_skb_after_send
         if c.errqueue is not None and payload and ok:   # transmit timestamps (first or again)
             c.errqueue.on_sent(off - 1, off - 1 + sum(len(p) for p in payload), now)
         c.segs_out += 1
@@ -205,6 +196,45 @@ class Output:
                 # Linux __tcp_transmit_skb: local congestion (err > 0) is a congestion signal.
                 c.recovery.enter_cwr(now, "local_congestion")
         return ok
+
+    def ecn_marks(self, flags: int, syn: bool, has_data: bool, off: int) -> tuple[int, int]:
+        """The ECN bits of one segment: its TCP flags and IP TOS (AccECN, RFC 3168, DCTCP)."""
+        c = self.conn
+        tos = c.tos
+        ef = c.ecn_flags
+        acc = c.accecn
+        if acc is not None:
+            # RFC 9768: the handshake's ACE encodings, then r.cep on every segment, all ECT(0).
+            if syn:
+                flags |= acc.syn_flags(flags, c.syn_retries > 0)
+                if c.cc.needs_ecn and not flags & ACK:
+                    tos |= ECN_ECT0
+                acc.note_syn_sent(tos)
+            elif not acc.pending:
+                # A TIME-WAIT ACK is Linux's timewait socket's (tcp_v4_send_ack): no ACE field,
+                # but the ECT(0) TOS the socket had.
+                if c.state is not State.TIME_WAIT:
+                    flags |= acc.ace(flags)
+                if acc.sends_ect:
+                    tos |= ECN_ECT0
+        elif syn:
+            if ef & ECN_OK and c.cc.needs_ecn and not flags & ACK:
+                tos |= ECN_ECT0     # Linux tcp_ecn_send_syn: INET_ECN_xmit for DCTCP's SYN
+        elif ef:
+            # Linux tcp_ecn_send(): only new data is ECT(0) (RFC 3168 §6.1.5: never pure ACKs
+            # or retransmissions), and the first of it after a reduction carries CWR; ECE
+            # goes on every segment while a CE mark waits for the peer's CWR (§6.1.3). A
+            # controller that needs ECN (DCTCP, RFC 8257 §3.1) keeps every packet ECT.
+            if ef & ECN_OK and c.cc.needs_ecn:
+                tos |= ECN_ECT0
+            if has_data and off >= c.snd_max:
+                tos |= ECN_ECT0
+                if ef & ECN_QUEUE_CWR:
+                    c.ecn_flags = ef = ef & ~ECN_QUEUE_CWR
+                    flags |= CWR
+            if ef & ECN_DEMAND_CWR and c.state is not State.TIME_WAIT:
+                flags |= ECE
+        return flags, tos
 
     def data_options(self, now: float) -> bytes:
         """Options of a non-SYN segment: timestamps and SACK blocks (RFC 7323, 2018, 2883)."""
@@ -222,6 +252,10 @@ class Output:
                 if len(blocks) >= max_blocks:
                     break
                 blocks.append((left, right))
+        if c.accecn is not None:
+            opts = c.accecn.established_options(now, c.rtt.srtt or 0.0, ts, blocks, c.md5_key is not None)
+            if opts is not None:
+                return opts
         if not ts and not blocks and c.md5_key is None:
             return b""
         return encode_options(ts=ts, sack_blocks=blocks, md5=c.md5_key is not None)
@@ -246,7 +280,7 @@ class Output:
         """Linux's SYN/SYN-ACK option set: only what the peer offered, for a SYN-ACK."""
         c = self.conn
         cfg = c.config
-        mss = c.stack.mtu_mss(c.v6)
+        mss = c.path.advmss()          # dst_metric_advmss(): the route's, or its MTU's
         if c.pmtu:
             mss = min(mss, c.pmtu - (60 if c.v6 else 40))   # the route's advmss follows its PMTU
         if c.user_mss:
@@ -260,6 +294,11 @@ class Output:
             sack = cfg.sack
             wscale = c.rcv_wscale if cfg.window_scaling else -1
         fastopen, fastopen_exp = c.stack.fastopen_syn_option(c, synack, peer)
+        if synack and c.accecn is not None and fastopen is None:
+            opts = c.accecn.synack_options(c.syn_retries, mss=mss, ts=ts, sack=sack, wscale=wscale,
+                                           md5=c.md5_key is not None)
+            if opts is not None:
+                return opts
         return encode_options(mss=mss, ts=ts, sack_permitted=sack, wscale=wscale,
                               fastopen=fastopen, fastopen_exp=fastopen_exp, md5=c.md5_key is not None)
 
@@ -312,6 +351,7 @@ class Output:
             rx.ack_now = False
             c.stack.syn_state_output(c, now)
             return
+        c.path.current_mss(now)        # tcp_current_mss(): a changed route MTU, tcp_mtup_init
         sent = False
         if c.recovery.lost_bytes:
             sent = self.send_retransmissions(now)
@@ -365,6 +405,8 @@ class Output:
                 break
             if room < r.end - r.start and room < mss and sent:
                 break
+            if self.pacer.must_wait(now):
+                break             # tcp_pacing_check
             if not self.retransmit(r, now, i, max(room // mss, 1) * mss):
                 break             # Linux tcp_xmit_retransmit_queue stops at a failed one
             sent = True
@@ -392,6 +434,7 @@ class Output:
         flags = ACK
         if r.fin:
             flags |= FIN
+        # __tcp_transmit_skb(): PSH on a multi-segment packet, retransmitted or not.
         if dlen > mss or (dlen and buf.skb_flags(r.start - 1) & SKB_PSH
                           and buf.skb_end(r.start - 1) == r.start - 1 + dlen):
             flags |= PSH
@@ -441,7 +484,7 @@ class Output:
         the cwnd so that at least two GSO packets are in flight."""
         c = self.conn
         mss = c.mss
-        if c.stack.gso_max_size < 0 or c.md5_key is not None:
+        if c.md5_key is not None:
             return mss
         segs = self.tso_bytes() // mss
         if half_cwnd:
@@ -472,6 +515,11 @@ class Output:
         mss = c.mss
         data_end = buf.end + 1          # offset just past the last queued byte
         budget = self.xmit_budget               # tcp_push_one(): one skb's burst at most
+        if budget < 0 and c.path.enabled:
+            probe = c.path.probe(now)           # tcp_write_xmit: tcp_mtu_probe() first
+            if probe == 0:
+                return False
+            sent = probe > 0
         limit = self.packet_limit()
         while True:
             nxt = c.snd_nxt
@@ -487,8 +535,8 @@ class Output:
             if fin_now:
                 # A bare FIN is sent regardless of the windows' payload room.
                 return self.emit_new(now, nxt, 0, fin=True) or sent
-            if cwnd_room <= 0 or wnd_room <= 0:
-                break
+            if cwnd_room <= 0 or wnd_room <= 0 or self.pacer.must_wait(now):
+                break             # the windows, or tcp_pacing_check()
             if nxt == c.snd_una and not sent and c.config.slow_start_after_idle:
                 # Queued data leaving after an idle period restarts the window too (the
                 # corpus' slow_start/slow-start-after-win-update.pkt: held by a zero window).
@@ -559,12 +607,14 @@ class Output:
         return not (c.fin_queued and nxt - 1 + skb_len >= c.snd_buf.end) \
             and not c.snd_buf.skb_flags(nxt - 1) & SKB_EOR
 
-    def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False) -> bool:
+    def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False,
+                 probe: bool = False) -> bool:
         """Send new data [off, off+size) as one packet, made one skb (tcp_grow_skb merges
         the skbs it covers, tso_fragment cuts the one it ends in), so PSH is the mark
-        (tcp_mark_push) of an skb it ends. Linux 6.18 also sets PSH on every multi-segment
-        GSO packet (seen on this machine's kernel by tools/kernel_psh_probe.py);
-        segmentation keeps it on the last segment only."""
+        (tcp_mark_push) of an skb it ends. Linux __tcp_transmit_skb() also sets PSH on every
+        multi-segment packet (tcp_skb_pcount(skb) > 1, "to expedite GRO flush at receiver";
+        seen on this machine's kernel by tools/kernel_psh_probe.py); segmentation keeps it
+        on the last segment only."""
         c = self.conn
         rec = c.recovery
         tm = c.timers
@@ -572,23 +622,32 @@ class Output:
         mss = c.mss
         flags = ACK
         start = off - 1
-        if size and (force_psh or size > mss or buf.packet_flags(start, start + size) & SKB_PSH):
+        # An MTU probe is one larger packet (tcp_mtu_probe: tcp_init_tso_segs(nskb, nskb->len)).
+        multi = size > mss and not probe
+        if size and (force_psh or multi or buf.packet_flags(start, start + size) & SKB_PSH):
             flags |= PSH
         if fin:
             flags |= FIN
         end = off + size + (1 if fin else 0)
         if c.in_flight == 0 and self.data_sent_time >= 0:
             c.cc.on_tx_start(now - self.data_sent_time, now)   # tcp_event_data_sent()
-        if size <= mss or c.stack.gso_max_size > 0:
+        # __tcp_transmit_skb counts the data before the hand-off, so that a transmit
+        # timestamp's OPT_STATS (taken by the driver) include this packet. An MTU probe is
+        # one segment (tcp_skb_pcount 1).
+        segs = -(-size // mss) if multi else (1 if size else 0)
+        self.bytes_sent += size
+        c.data_segs_out += segs
+        if not multi or c.stack.gso_max_size > 0:
             payload = buf.views(start, size) if size else []
-            if not self.emit(now, off, flags, payload, gso_size=mss if size > mss else 0):
-                return False   # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
-        elif not self.emit_segmented(now, off, size, flags):
+            ok = self.emit(now, off, flags, payload, gso_size=mss if multi else 0)
+        else:
+            ok = self.emit_segmented(now, off, size, flags)
+        if not ok:
+            self.bytes_sent -= size    # refused locally: not sent, SND.NXT stays (tcp_write_xmit)
+            c.data_segs_out -= segs
             return False
         if size:
             buf.send_packet(start, start + size)   # tcp_grow_skb, tso_fragment
-            self.bytes_sent += size
-            c.data_segs_out += -(-size // mss)
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off
         rec.rtx.append(SentSegment(off, end, fin, now))
@@ -642,16 +701,21 @@ class Output:
             c.sndbuf_limit = min(sndmem, c.config.wmem[2])
 
     def write(self, data: Buffer, now: float, more: bool, eor: bool = False, pinned: bool = False,
-              tstamp: int = 0) -> int:
+              tstamp: int = 0, regions: Sequence[int] = ()) -> int:
         """Copy ``data`` into the send buffer skb by skb (Linux tcp_sendmsg_locked), pushing
         full skbs as Linux does (forced_push, tcp_push_one) and the rest at the end
-        (tcp_push); ``eor`` (MSG_EOR) closes the last skb to later writes."""
+        (tcp_push); ``eor`` (MSG_EOR) closes the last skb to later writes. A ``pinned``
+        (MSG_ZEROCOPY) write adds frags, one per page of each of its memory ``regions``
+        (the lengths of its iovec; one region if none), at most MAX_SKB_FRAGS per skb."""
         c = self.conn
         buf = c.snd_buf
         total = len(data)
         mem = c.stack.mem
         view = data if isinstance(data, memoryview) else memoryview(data)
         owned = pinned or isinstance(data, bytes)   # pinned: MSG_ZEROCOPY, kept until acked
+        zc_ends = list(accumulate(regions)) if pinned and regions else [total] if pinned else None
+        if zc_ends is not None and (zc_ends[-1] != total or min(regions, default=1) <= 0):
+            raise ValueError(f"regions {tuple(regions)} do not cover the {total} bytes written")
         goal = self.size_goal()
         copied = 0
         if total and not c.unsent_bytes:
@@ -660,6 +724,8 @@ class Output:
             copy = buf.tail_room(goal)
             new_skb = copy <= 0
             if new_skb:
+                if buf.tail_frags_full():
+                    self.mark_pushed()     # out of frags: tcp_mark_push(), goto new_segment
                 if not c.memory_free:
                     c.sock_nospace = True  # wait_for_space: SOCK_NOSPACE, blocking or not
                     break
@@ -669,21 +735,31 @@ class Output:
             if copy <= 0:
                 c.mib["UsertcpSendMemLimited"] += 1
                 break
+            frags = 0
+            if zc_ends is not None:       # skb_zerocopy_iter_stream(): as many frags as fit
+                room = MAX_SKB_FRAGS - (0 if new_skb else buf.tail_frags)
+                copy, frags = frag_fit(zc_ends, copied, copy, room)
             if owned:
                 chunk: Buffer = data if copy == total else view[copied:copied + copy]
             else:
                 chunk = bytes(view[copied:copied + copy])   # the caller may reuse a mutable buffer
             if not new_skb and not copied:
                 buf.clear_push()   # tcp_sendmsg_locked: "if (!copied) tcp_flags &= ~TCPHDR_PSH"
-            buf.append(chunk, new_skb=new_skb)
+            buf.append(chunk, new_skb=new_skb, frags=frags)
             copied += copy
-            if copied < total and c.is_synchronized and buf.tail_room(goal) == 0:
+            if copied < total and c.is_synchronized and buf.tail_len() >= goal:
                 goal = self._push_full_skb(now, more, goal)
-        if copied <= 0:
-            return 0
-        if eor and copied == total:
-            buf.mark_eor()
-        if c.errqueue is not None and (tstamp > 1 or (tstamp and copied == total)):
+        if copied > 0:
+            self._end_write(now, copied == total, more, eor, tstamp)
+        return copied
+
+    def _end_write(self, now: float, whole: bool, more: bool, eor: bool, tstamp: int) -> None:
+        """The end of tcp_sendmsg_locked for a write that queued bytes (all of them if
+        ``whole``): MSG_EOR, the timestamp mark, then tcp_push()."""
+        c = self.conn
+        if eor and whole:
+            c.snd_buf.mark_eor()
+        if c.errqueue is not None and (tstamp > 1 or (tstamp and whole)):
             c.errqueue.mark_write()    # tcp_tx_timestamp(), before the final tcp_push
         if not more or self.forced_push():
             self.mark_pushed()        # tcp_push(): tcp_mark_push() on the tail skb
@@ -693,7 +769,6 @@ class Output:
             self.more_pending = more
             self.run(now)
             self.more_pending = False
-        return copied
 
     def _push_full_skb(self, now: float, more: bool, goal: int) -> int:
         """A full skb with more to copy: forced_push() marks PSH and pushes every half max

@@ -7,6 +7,14 @@ does), so a retransmission can never change data we have.
 
 Sequence numbers wrap: internally every sequence number is mapped to an unbounded
 integer relative to an anchor that follows RCV.NXT, so ordering stays exact across 2**32.
+
+Memory (issue 20): each held chunk is charged to the stack's account at its truesize, as
+Linux charges an out-of-order skb's ``skb->truesize`` (tcp_try_rmem_schedule). For our
+buffers that is ``buffers.truesize``: the whole packet buffer the chunk's view keeps alive
+plus the view and buffer objects (RX_CHUNK_OVERHEAD), so a 1-byte segment costs what its
+packet costs, not 1 byte. Under memory pressure the queue is collapsed (contiguous chunks
+copied into one buffer, tcp_collapse_ofo_queue) and pruned from its highest sequence
+downward (tcp_prune_ofo_queue): see tcp/prune.py.
 """
 
 from __future__ import annotations
@@ -14,12 +22,9 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 
+from usertcp.tcp.buffers import truesize
 from usertcp.tcp.memory import MemAccount
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
-
-# What a held chunk costs the stack beyond its bytes (its view and the packet's header;
-# RecvBuffer's RX_CHUNK_OVERHEAD): the queue is charged to the stack's account (issue 20).
-OOO_CHUNK_OVERHEAD = 256
 
 __all__ = ["ReassemblyQueue"]
 
@@ -33,6 +38,7 @@ class ReassemblyQueue:
         "_bytes",
         "_charged",
         "_clock",
+        "_costs",
         "_data",
         "_ends",
         "_fin",
@@ -53,6 +59,7 @@ class ReassemblyQueue:
         self._starts: list[int] = []  # absolute start of each chunk, ascending
         self._ends: list[int] = []  # absolute end (exclusive), ascending, disjoint
         self._data: list[memoryview] = []
+        self._costs: list[int] = []   # the truesize charged for each chunk
         self._stamps: list[int] = []  # arrival order, for RFC 2018 §4 block ordering
         self._fin: int | None = None  # absolute sequence number occupied by the FIN
         self._fin_stamp = 0
@@ -112,21 +119,76 @@ class ReassemblyQueue:
             return self._seq(self._ends[-1])
         return None
 
+    @property
+    def truesize(self) -> int:
+        """What the queue costs the stack: the truesize of every held chunk."""
+        return self._charged
+
     def clear(self) -> None:
         self._starts.clear()
         self._ends.clear()
         self._data.clear()
+        self._costs.clear()
         self._stamps.clear()
         self._fin = None
         self._bytes = 0
-        self._recharge()
+        self._recharge(-self._charged)
 
-    def _recharge(self) -> None:
-        """Keep the stack's account equal to what the queue holds (bytes and chunks)."""
+    def _recharge(self, delta: int) -> None:
+        """Charge (or give back) ``delta`` bytes of truesize to the stack's account."""
+        self._charged += delta
         if self.acct is not None:
-            cost = self._bytes + len(self._data) * OOO_CHUNK_OVERHEAD
-            self.acct.add(cost - self._charged)
-            self._charged = cost
+            self.acct.add(delta)
+
+    def drop_last(self, seq: int, rcv_nxt: int) -> int:
+        """Drop the highest held chunk if it starts at or above ``seq`` (Linux
+        tcp_prune_ofo_queue stops where the incoming segment would land last); a queued FIN
+        goes with it. Returns the truesize freed, or -1 if nothing may be dropped."""
+        base = self._reanchor(rcv_nxt)
+        floor = base + seq_diff(seq, rcv_nxt)
+        if not self._starts:
+            if self._fin is None or self._fin < floor:
+                return -1
+            self._fin = None
+            return 0
+        if self._starts[-1] < floor:
+            return -1
+        start = self._starts.pop()
+        self._bytes -= self._ends.pop() - start
+        self._data.pop()
+        self._stamps.pop()
+        cost = self._costs.pop()
+        self._fin = None
+        self._recharge(-cost)
+        return cost
+
+    def collapse(self) -> int:
+        """Copy each run of two or more contiguous chunks into one buffer (Linux
+        tcp_collapse_ofo_queue), which frees the packet buffers they kept alive. Returns the
+        number of chunks collapsed (TcpExtTCPRcvCollapsed)."""
+        starts, ends = self._starts, self._ends
+        collapsed = 0
+        i = 0
+        while i < len(starts):
+            j = i
+            while j + 1 < len(starts) and starts[j + 1] == ends[j]:
+                j += 1
+            if j > i:
+                merged = memoryview(b"".join(self._data[i:j + 1]))
+                cost = truesize(merged)
+                freed = sum(self._costs[i:j + 1]) - cost
+                stamp = max(self._stamps[i:j + 1])
+                end = ends[j]
+                del starts[i + 1:j + 1], ends[i:j], self._data[i + 1:j + 1]
+                del self._costs[i + 1:j + 1], self._stamps[i + 1:j + 1]
+                ends[i] = end
+                self._data[i] = merged
+                self._costs[i] = cost
+                self._stamps[i] = stamp
+                self._recharge(-freed)
+                collapsed += j - i + 1
+            i += 1
+        return collapsed
 
     def duplicate_span(self, seq: int, length: int) -> tuple[int, int] | None:
         """The bytes of a new segment ``[seq, seq+length)`` already held, as offsets from
@@ -201,14 +263,21 @@ class ReassemblyQueue:
 
         self._clock += 1
         stamp = self._clock
+        charged = 0
         for a, b in pieces:
             j = bisect_left(self._starts, a)
+            piece = data[a - s : b - s]
+            # Each piece keeps its packet's buffer alive: charged its whole truesize.
+            cost = truesize(piece)
             self._starts.insert(j, a)
             self._ends.insert(j, b)
-            self._data.insert(j, data[a - s : b - s])
+            self._data.insert(j, piece)
+            self._costs.insert(j, cost)
             self._stamps.insert(j, stamp)
+            charged += cost
         self._bytes += new_bytes
-        self._recharge()
+        if charged:
+            self._recharge(charged)
         if not pieces and touched >= 0:
             # Pure duplicate: its block still becomes the most recent one (Linux
             # tcp_sack_new_ofo_skb() is called for it too).
@@ -241,9 +310,10 @@ class ReassemblyQueue:
             freed += en - st
             n += 1
         if n:
-            del self._starts[:n], self._ends[:n], self._data[:n], self._stamps[:n]
+            cost = sum(self._costs[:n])
+            del self._starts[:n], self._ends[:n], self._data[:n], self._stamps[:n], self._costs[:n]
             self._bytes -= freed
-            self._recharge()
+            self._recharge(-cost)
         fin = False
         if self._fin is not None and self._fin <= cur:
             if self._fin == cur:

@@ -16,11 +16,12 @@ from usertcp.tcp.appguard import notify
 from usertcp.tcp.autotune import TCP_INIT_CWND, RcvSpace, rcvbuf_for
 from usertcp.tcp.buffers import truesize
 from usertcp.tcp.output import MAX_WINDOW
-from usertcp.tcp.reassembly import OOO_CHUNK_OVERHEAD
+from usertcp.tcp.prune import prune_queue
 from usertcp.tcp.recovery import ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
 from usertcp.tcp.sack_compress import SackCompress, compress_delay
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
+from usertcp.tcp.urgent import Urgent
 from usertcp.tcp.wakeup import KEY_READABLE
 from usertcp.tcp.window import (
     DEFAULT_SCALING_RATIO,
@@ -46,7 +47,7 @@ class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
     __slots__ = ("ack_now", "ack_pending", "ato", "ce_state", "comp", "conn", "drs", "dsack", "last_seg_size",
-                 "lrcvtime", "pingpong", "quickack", "rcv_wnd", "rcv_wnd_initial", "scaling_ratio",
+                 "lrcvtime", "pingpong", "quickack", "rcv_wnd", "rcv_wnd_initial", "scaling_ratio", "urgent",
                  "window_clamp")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
@@ -66,6 +67,7 @@ class Receive:
         self.scaling_ratio = DEFAULT_SCALING_RATIO   # Linux tp->scaling_ratio (tcp/window.py)
         self.drs = RcvSpace()          # receive buffer auto-tuning (tcp/autotune.py)
         self.comp = SackCompress()     # ACKs held back while data is out of order
+        self.urgent = Urgent()         # the urgent mark: tp->urg_data, tp->urg_seq (tcp/urgent.py)
 
     def init_window(self, wscale_ok: bool) -> None:
         """The first window, its clamp and the window scale, before our SYN or SYN-ACK
@@ -138,7 +140,7 @@ class Receive:
         held = c.rcv_buf.charged
         q = c.ooo
         if not q.empty:
-            held += q.bytes_queued + len(q) * OOO_CHUNK_OVERHEAD
+            held += q.truesize
         return held
 
     def set_window_clamp(self, val: int) -> None:
@@ -300,7 +302,7 @@ class Receive:
     def advmss(self) -> int:
         """The MSS we advertise (Linux tp->advmss: the route's, clamped by TCP_MAXSEG)."""
         c = self.conn
-        own = c.stack.mtu_mss(c.v6)
+        own = c.path.advmss()
         return min(own, c.user_mss) if c.user_mss else own
 
     def measure_rcv_mss(self, seg_len: int, gso_size: int, flags: int, cost: int = 0) -> None:
@@ -408,9 +410,12 @@ class Receive:
         if seg_off + plen > c.rcv_adv:
             mib["UsertcpBeyondWindow"] += 1
         if len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
-            mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
+            if c.ooo.empty or not prune_queue(c, payload, seg_off):     # tcp_try_rmem_schedule
+                mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
+            else:
+                return False
         elif not c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
-                                          c.config.rmem[0]) and not (in_order and self._prune_ofo(payload)):
+                                          c.config.rmem[0]) and not prune_queue(c, payload, seg_off):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
             # ACK restates what we have, and the peer retransmits when memory frees.
             mib["TcpExtTCPRcvQDrop"] += 1
@@ -430,7 +435,7 @@ class Receive:
                 self.measure_rcv_mss(plen, seg.gso_size, seg.flags, cost)
             self.event_data_recv(now)
             if not c.read_shutdown or not c.closed_by_app:
-                c.rcv_buf.append(payload)
+                c.rcv_buf.append(payload, now)
             if plen >= 128:         # the segment is charged first (tcp_queue_rcv)
                 self.grow_window(plen, cost)
             nxt += plen
@@ -443,7 +448,7 @@ class Receive:
             nxt_seq = (c.irs + nxt) & SEQ_MASK
             chunks, new_seq, ooo_fin = c.ooo.pop_ready(nxt_seq)
             for chunk in chunks:
-                c.rcv_buf.append(chunk)
+                c.rcv_buf.append(chunk, now)
                 c.bytes_received += len(chunk)
             if ooo_fin:
                 fin = True
@@ -479,18 +484,6 @@ class Receive:
             self.schedule_ack(now, immediate=immediate, length=plen)
         else:
             self.schedule_ack(now, immediate=True)
-
-    def _prune_ofo(self, payload: memoryview) -> bool:
-        """Linux tcp_prune_ofo_queue: memory is short and in-order data arrived, so the
-        out-of-order queue goes (the peer retransmits it) rather than the data that moves the
-        connection forward. True if ``payload`` now fits."""
-        c = self.conn
-        if not c.ooo.bytes_queued:
-            return False
-        c.mib["TcpExtPruneCalled"] += 1
-        c.mib["TcpExtOfoPruned"] += 1
-        c.ooo.clear()
-        return c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf), c.config.rmem[0])
 
     def ecn_check_ce(self, ecn: int, now: float) -> None:
         """Linux __tcp_ecn_check_ce: the IP ECN field of a data segment (RFC 3168 §6.1.3)."""
@@ -647,6 +640,16 @@ class Receive:
             c.tx.send_ack(now)
             c.reschedule()
 
+    def set_rcv_ssthresh(self, value: int) -> None:
+        """Memory pressure's window limit (tcp_clamp_window, tcp_adjust_rcv_ssthresh)."""
+        self.conn.rcv_ssthresh = value
+
+    def store_ts_recent(self, ts_val: int, now: float) -> None:
+        """tcp_store_ts_recent: a checked segment's TSval becomes TS.Recent (RFC 7323 §4.3)."""
+        c = self.conn
+        c.ts_recent = ts_val
+        c.ts_recent_time = now
+
     def fast_ts_recent(self, ts_val: int, now: float) -> None:
         """RFC 7323 §4.3 for a predicted segment (SEQ = RCV.NXT, PAWS already passed)."""
         c = self.conn
@@ -709,7 +712,7 @@ class Receive:
         self.event_data_recv(now)
         if c.ecn_flags:
             self.ecn_check_ce(ecn, now)
-        c.rcv_buf.append(payload)
+        c.rcv_buf.append(payload, now)
         if plen >= 128:
             self.grow_window(plen, cost)
         c.rcv_nxt += plen
@@ -737,6 +740,19 @@ class Receive:
             c.tx.check_space()
         c.reschedule()
 
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` queued bytes for the application, bounded by the urgent mark."""
+        c = self.conn
+        return self.urgent.recv(c, n) if self.urgent.held else c.rcv_buf.read(n)
+
+    def read_into(self, target: memoryview) -> int:
+        c = self.conn
+        if not self.urgent.held:
+            return c.rcv_buf.read_into(target)
+        data = self.urgent.recv(c, len(target))
+        target[:len(data)] = data
+        return len(data)
+
     def update_prediction(self) -> None:
         """Turn header prediction on only while nothing forbids it (Linux tcp_fast_path_check)."""
         c = self.conn
@@ -744,8 +760,8 @@ class Receive:
         # every predicted segment, and ``predicted`` does the full ACK processing then.
         if (c.state is State.ESTABLISHED and c.config.header_prediction and c.ooo.empty
                 and not c.closed_by_app and c.rcv_adv > c.rcv_nxt
-                and c.rcvbuf_limit > len(c.rcv_buf)
-                and (c.md5_key is None or c.config.md5_fast_path)):
+                and c.rcvbuf_limit > len(c.rcv_buf) and not self.urgent.held
+                and (c.md5_key is None or c.config.md5_fast_path) and c.accecn is None):
             hdr_len = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
             window = c.snd_wnd >> c.snd_wscale
             # A window the field cannot say (the SYN-ACK's, unscaled) is never predicted: Linux

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.rtx_queue import RtxQueue, SentSegment
+from usertcp.tcp.seq import SEQ_MASK, SEQ_MOD
 from usertcp.tcp.states import State
 from usertcp.wire.segment import ACK, CWR, ECE, FIN, SYN, Segment
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
 INF = float("inf")
+_SEQ_HALF = SEQ_MOD >> 1
 
 # Linux congestion-avoidance states for tcpi_ca_state.
 CA_OPEN, CA_DISORDER, CA_CWR, CA_RECOVERY, CA_LOSS = 0, 1, 2, 3, 4
@@ -39,7 +41,8 @@ class Recovery:
     __slots__ = ("acked_unsacked", "ca_state", "conn", "dupacks", "fack_prior", "high_sacked",
                  "lost_bytes", "prior_cwnd", "prr_delivered", "prr_out", "rack_end", "rack_fack",
                  "rack_reord", "rack_rtt", "rack_xmit_ts", "recover", "reno_dupacks", "reord_seen",
-                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes")
+                 "reord_seen_in", "reordering", "retrans_bytes", "rtx", "rtx_hint", "sacked_bytes",
+                 "delivered_ce")
 
     def __init__(self, conn: Connection, reordering: int) -> None:
         self.conn = conn
@@ -66,6 +69,7 @@ class Recovery:
         self.rack_reord = False        # reordering seen (RACK.reord)
         self.reordering = reordering   # tp->reordering, in segments (tcpi_reordering)
         self.reord_seen = 0            # reordering events (tcpi_reord_seen)
+        self.delivered_ce = 0          # Linux tp->delivered_ce of RFC 3168 ECN (AccECN: tcp/accecn.py)
         self.reord_seen_in = -1        # segs_in of the ACK that counted the last one
 
     def trace_ca(self, old: int, trigger: str, now: float) -> None:
@@ -86,60 +90,47 @@ class Recovery:
         """Mark SACKed records (RFC 2018 §3, RFC 6675 §4 update()). Returns True if new data was SACKed."""
         c = self.conn
         new = False
-        rtx = self.rtx
+        sack_range = self.rtx.sack_range
+        mss = max(c.mss, 1)
+        una = c.snd_una
+        una_seq = (c.iss + una) & SEQ_MASK
+        snd_max = c.snd_max
+        oldest = una - c.max_snd_wnd
+        snd_buf, sndbuf, refused, tag = c.snd_buf, c.sndbuf_limit, self._split_refused, self._tag_sacked
+        first_sackt = -1.0
         for left_seq, right_seq in blocks:
-            left = c.snd_off(left_seq)
-            right = c.snd_off(right_seq)
-            if right <= left or right > c.snd_max or left < c.snd_una - c.max_snd_wnd:
+            # c.snd_off() of both edges, inlined: this loop is what a hostile peer drives.
+            left = (left_seq - una_seq) & SEQ_MASK
+            left = una + (left - SEQ_MOD if left >= _SEQ_HALF else left)
+            right = (right_seq - una_seq) & SEQ_MASK
+            right = una + (right - SEQ_MOD if right >= _SEQ_HALF else right)
+            if right <= left or right > snd_max or left < oldest:
                 c.mib["TcpExtTCPSACKDiscard"] += 1
-                continue
-            if right <= ack_off or left < c.snd_una:
+            elif right <= ack_off or left < una:
                 c.mib["TcpExtTCPDSACKRecv"] += 1    # RFC 2883: a duplicate report
-                continue
-            i = rtx.index_ending_after(left)     # Linux tcp_sacktag_bsearch
-            while i < len(rtx):
-                r = rtx[i]
-                if r.start >= right:
-                    break
-                if not r.sacked:
-                    # Linux tcp_match_skb_to_sack: a block marks whole MSS-sized pieces only; a
-                    # partial SACK of a one-MSS segment marks nothing.
-                    mss = max(c.mss, 1)
-                    lo = max(left, r.start)
-                    hi = min(right, r.end)
-                    if lo != r.start or hi != r.end:
-                        if r.end - r.start <= mss:
-                            i += 1
-                            continue
-                        a = r.start + -(-(lo - r.start) // mss) * mss
-                        b = hi if hi == r.end else r.start + ((hi - r.start) // mss) * mss
-                        if a >= b:
-                            i += 1
-                            continue
-                    else:
-                        a, b = lo, hi
-                    if r.start < a:
-                        if self.split_record(i, a) is None:
-                            break          # Linux tcp_sacktag_walk: a failed split ends the block
-                        i += 1
-                        continue
-                    if r.end > b and self.split_record(i, b) is None:
-                        break
-                    self._tag_sacked(r, now)
+            else:
+                # Linux tcp_sacktag_walk (tcp/rtx_queue.py).
+                sackt = sack_range(left, right, mss, snd_buf, sndbuf, refused, tag, now)
+                if sackt != -1.0:
                     new = True
-                    i = self._merge_sacked(i)
-                i += 1
+                    if first_sackt < 0.0:
+                        first_sackt = sackt
+        if first_sackt >= 0.0 and not c.ts_ok:
+            # One RTT sample per ACK, from the first newly SACKed segment never retransmitted
+            # (Linux tcp_ack_update_rtt's sack_rtt_us), not one per segment.
+            rtt = now - first_sackt
+            c.rtt.on_sample(rtt if rtt > 1e-6 else 1e-6)
         return new
 
     def _tag_sacked(self, r: SentSegment, now: float) -> None:
         """Linux tcp_sacktag_one: ``r`` is newly SACKed; it stops counting as lost or
-        retransmitted, and is a delivery for RACK and (without timestamps) an RTT sample."""
+        retransmitted, and is a delivery for RACK (process_sack takes the RTT sample)."""
         c = self.conn
         n = r.end - r.start
-        r.sacked = True
-        self.rtx.unlink_sent(r)
+        r.sacked = True                  # the queue took it out of the send-time order
         self.sacked_bytes += n
-        c.delivered_segs += max(1, (n + c.mss - 1) // max(c.mss, 1))
+        mss = c.mss
+        c.delivered_segs += (n + mss - 1) // mss if n > mss > 0 else 1
         if r.lost:
             self.lost_bytes -= n
             r.lost = False
@@ -149,28 +140,6 @@ class Recovery:
         if r.end > self.high_sacked:
             self.high_sacked = r.end
         self.rack_note(r, now)
-        if r.tx_count == 1 and not c.ts_ok:
-            c.rtt.on_sample(max(now - r.tx_time, 1e-6))
-
-    def _merge_sacked(self, i: int) -> int:
-        """Fold the just-SACKed record at ``i`` into SACKed neighbours it touches, so that a
-        SACKed range is one record and a block repeated in later ACKs costs a lookup, not a
-        walk (Linux tcp_shift_skb_data / tcp_shifted_skb collapse SACKed skbs). Returns the
-        record's new position."""
-        rtx = self.rtx
-        r = rtx[i]
-        if i + 1 < len(rtx):
-            nxt = rtx[i + 1]
-            if nxt.sacked and nxt.start == r.end:
-                r.end, r.fin = nxt.end, nxt.fin
-                rtx.remove(i + 1)
-        if i > 0:
-            prev = rtx[i - 1]
-            if prev.sacked and prev.end == r.start:
-                prev.end, prev.fin = r.end, r.fin
-                rtx.remove(i)
-                return i - 1
-        return i
 
     def split_record(self, index: int, at: int) -> SentSegment | None:
         """Cut the queued record at ``index`` at offset ``at`` and return the tail, or None if
@@ -178,10 +147,13 @@ class Recovery:
         send buffer's skb is cut there too: each piece is charged to sk_wmem_queued."""
         c = self.conn
         if self.rtx.split_refused(index, c.snd_buf.wmem_queued, c.sndbuf_limit):
-            c.mib["TcpExtTCPWqueueTooBig"] += 1
+            self._split_refused()
             return None
         c.snd_buf.split(at - 1)          # offset 1 is data byte 0
         return self.rtx.split(index, at)
+
+    def _split_refused(self) -> None:
+        self.conn.mib["TcpExtTCPWqueueTooBig"] += 1
 
     def timeout_mark_lost(self) -> None:
         """Linux tcp_timeout_mark_lost at an RTO: everything not SACKed is lost. A SACKed head
@@ -209,18 +181,8 @@ class Recovery:
         """Position of the first record that is lost and neither SACKed nor retransmitted
         (``len(rtx)`` if none), resuming from where the last search stopped, as Linux
         tcp_xmit_retransmit_queue starts at tp->retransmit_skb_hint."""
-        rtx = self.rtx
-        i = rtx.index_ending_after(self.rtx_hint)
-        n = len(rtx)
-        while i < n:
-            r = rtx[i]
-            if r.lost and not r.retrans and not r.sacked:
-                self.rtx_hint = r.start
-                return i
-            i += 1
-        if n:
-            self.rtx_hint = rtx[n - 1].end
-        return n
+        i, self.rtx_hint = self.rtx.first_lost(self.rtx_hint)
+        return i
 
     def mark_head_lost(self) -> None:
         """Linux tcp_mark_head_lost(sk, 1, 1) without SACK: one segment is lost, cut from
@@ -266,10 +228,12 @@ class Recovery:
         c = self.conn
         if r.tx_count > 1 and now - r.tx_time < (c.rtt.min_rtt or 0.0):
             return                      # the ACK may be for the original transmission
+        # RFC 8985 §6.2 step 2, Linux tcp_rack_advance(): RACK.rtt is the RTT of every
+        # delivered segment in turn, even one sent before RACK.xmit_ts.
+        self.rack_rtt = now - r.tx_time
         if r.tx_time > self.rack_xmit_ts or (r.tx_time == self.rack_xmit_ts and r.end > self.rack_end):
             self.rack_xmit_ts = r.tx_time
             self.rack_end = r.end
-            self.rack_rtt = now - r.tx_time
         if r.end < (self.rack_fack if fack < 0 else fack):
             if r.tx_count == 1:
                 # Delivered below what was already delivered, never retransmitted: reordering.
@@ -396,6 +360,11 @@ class Recovery:
         c = self.conn
         if self.ca_state in (CA_RECOVERY, CA_LOSS):
             return
+        if self.ca_state < CA_CWR and c.path.probe_lost(c.snd_una):
+            # Linux tcp_fastretrans_alert: a lost MTU probe is no congestion; resend its data
+            # in MSS pieces without reducing cwnd (tcp_simple_retransmit).
+            self.mark_oversized_lost()
+            return
         c.mib["TcpExtTCPSackRecovery" if c.sack_ok else "TcpExtTCPRenoRecovery"] += 1
         if self.ca_state != CA_CWR:
             # Linux tcp_enter_recovery: an ECN-triggered reduction already under way is the
@@ -445,7 +414,6 @@ class Recovery:
         """RFC 9293 §3.10.7.4 fifth step for an acceptable ACK (Linux tcp_ack): SACK blocks,
         the send window, then a cumulative advance or a duplicate ACK, and the recovery state."""
         c = self.conn
-        tm = c.timers
         prior_una = c.snd_una
         prior_in_flight = c.in_flight
         flags = seg.flags
@@ -453,12 +421,15 @@ class Recovery:
         win = seg.window << c.snd_wscale
         # Linux tcp_ecn_rcv_ecn_echo: the peer saw a CE mark (RFC 3168 §6.1.2).
         ece = bool(flags & ECE) and bool(c.ecn_flags & ECN_OK)
-        if flags & CWR:
+        prior_delivered = c.delivered_segs
+        if flags & CWR and c.accecn is None:
             # Linux tcp_ecn_accept_cwr (in tcp_ack, so a pure ACK's CWR counts too): the
             # peer reduced, stop echoing; ACK its data at once, its cwnd may be tiny.
             c.ecn_flags &= ~ECN_DEMAND_CWR
             if plen:
                 c.rx.ack_now = True
+        if c.errqueue is not None:
+            c.errqueue.ack_ttl = seg.ttl    # TCP_NLA_TTL of an ACK timestamp (tcp_ack_tstamp)
         sack_new = False
         sacked_before = self.sacked_bytes
         lost_before = self.lost_bytes
@@ -481,11 +452,20 @@ class Recovery:
                 # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
                 c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
                             app_limited=not c.cc.is_cwnd_limited())
+        if ece or c.accecn is not None:
+            ece = self._ecn_feedback(seg, ece, ack_off, prior_una, prior_delivered, sacked_before)
         if ack_off > prior_una or newly_sacked:
             # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
-            c.cc.on_ack_event(c.delivered_segs, ece, ack_off, c.snd_max)
+            c.cc.on_ack_event(c.delivered_segs, ece and c.accecn is None, ack_off, c.snd_max)
         if ece:
             self.enter_cwr(now)     # an ECE on an ACK that advanced nothing (no-op if done)
+        self._after_ack(ack_off, prior_una, newly_sacked, lost_before, sack_new, seg, now)
+
+    def _after_ack(self, ack_off: int, prior_una: int, newly_sacked: int, lost_before: int,
+                   sack_new: bool, seg: Segment, now: float) -> None:
+        """The end of tcp_ack: the recovery state (tcp_fastretrans_alert), PRR, the pure-ACK
+        count and the loss probe timer."""
+        c = self.conn
         if c.sack_ok and self.ca_state in (CA_OPEN, CA_DISORDER, CA_CWR) and self.lost_bytes:
             self.enter_recovery(now)
         elif c.sack_ok and self.ca_state == CA_OPEN and self.sacked_bytes:
@@ -493,11 +473,35 @@ class Recovery:
         if (self.ca_state == CA_RECOVERY and c.sack_ok) or self.ca_state == CA_CWR:
             self.prr(self.acked_unsacked + newly_sacked if ack_off > prior_una else newly_sacked,
                      una_advanced=ack_off > prior_una, newly_lost=self.lost_bytes > lost_before)
-        if not plen and ack_off >= prior_una and flags == ACK:
+        if not seg.payload and ack_off >= prior_una and seg.flags == ACK:
             c.mib["TcpExtTCPPureAcks"] += 1
         if ack_off > prior_una or sack_new:
-            tm.tlp_deadline = INF
-            tm.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+            c.timers.tlp_deadline = INF
+            c.timers.arm_tlp(now)       # Linux tcp_set_xmit_timer: re-arm the probe on progress
+
+    def _ecn_feedback(self, seg: Segment, ece: bool, ack_off: int, prior_una: int, prior_delivered: int,
+                      sacked_before: int) -> bool:
+        """Is this ACK an ECN echo? RFC 3168: its ECE, and the packets it delivered count as
+        CE-marked (Linux tcp_count_delivered). Accurate ECN (RFC 9768 §3.2.2): first the
+        segment's own IP-ECN field is counted (tcp_ecn_received_counters, ACKed at once when it
+        changed; the handshake's last ACK was counted by the handshake), then the change of
+        its ACE field gives the CE packets delivered (tcp_accecn_process: FLAG_ECE)."""
+        c = self.conn
+        delivered = c.delivered_segs - prior_delivered
+        acc = c.accecn
+        if acc is None:
+            self.delivered_ce += delivered
+            return ece
+        if prior_una and acc.on_segment(seg):
+            c.rx.ack_now = True
+        sacked = self.sacked_bytes - sacked_before       # SACKed, less what SND.UNA now covers
+        acked = max(ack_off - prior_una, 0)
+        ce = acc.process_ack((seg.flags >> 6) & 7, seg.accecn, delivered, acked + sacked,
+                             acked > 0 or sacked > 0, prior_una == 0 < ack_off,
+                             c.sack_ok or self.ca_state in (CA_OPEN, CA_CWR), c.mss, c.snd_max)
+        if ce:
+            c.cc.on_delivered_ce(ce)
+        return ce > 0
 
     def _cumulative_ack(self, ack_off: int, seg: Segment, ece: bool, newly_sacked: int,
                         prior_in_flight: int, now: float) -> None:
@@ -596,23 +600,33 @@ class Recovery:
                     self.lost_bytes -= cut
                 if r.retrans:
                     self.retrans_bytes -= cut
+                mss = max(c.mss, 1)
+                if r.tx_count == 1 and (r.end - r.start - 1) // mss > (r.end - ack_off - 1) // mss:
+                    rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
             r.start = ack_off
         # RFC 7323 §4.1: with timestamps, every ACK of new data gives a sample.
         if ts_ecr > 0 and c.ts_ok:
             c.ts_rtt_sample(ts_ecr, now)
         elif rtt_sample is not None:
             c.rtt.on_sample(max(rtt_sample, 1e-6))
+        c.path.on_ack(ack_off)            # tcp_clean_rtx_queue: tcp_mtup_probe_success
+        ca_rtt = rtt_sample if rtt_sample is not None else c.rtt.latest_rtt if ts_ecr > 0 and c.ts_ok \
+            else None
+        if ca_rtt is not None:
+            # Linux tcp_clean_rtx_queue -> ca_ops->pkts_acked(ca_rtt_us), before cong_avoid.
+            c.cc.pkts_acked(max(ca_rtt, 1e-6), ack_off, max(c.snd_nxt, ack_off), now, c.tx.pacing_rate(),
+                            max(c.stack.gso_max_size, 0), c.tx.pacer.paced)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
         data_end = min(ack_off - 1, c.snd_buf.end)
         if data_end > c.snd_buf.start:
             c.snd_buf.release(data_end)
-        if c.errqueue is not None:
-            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.snd_una = ack_off
         if c.snd_nxt < ack_off:
             c.snd_nxt = ack_off
         if ack_off > c.snd_max:
             c.snd_max = ack_off
+        if c.errqueue is not None:
+            c.errqueue.on_acked(data_end, now)     # zerocopy completions, ACK timestamps
         c.bytes_acked += acked
         c.delivered += acked
         if tm.tlp_high >= 0 and ack_off >= tm.tlp_high:
@@ -642,10 +656,17 @@ class Recovery:
             if not r.sacked and r.end - r.start - (1 if r.fin else 0) > c.mss:
                 self.mark_lost(r)
                 marked = True
-        if marked and self.ca_state != CA_LOSS:
-            self.ca_state = CA_LOSS
-            self.recover = c.snd_max
+        if marked:
+            self.non_congestion_loss()
         return marked
+
+    def non_congestion_loss(self) -> None:
+        """Linux tcp_non_congestion_loss_retransmit: what is marked lost goes out again in the
+        Loss state (recovery ends at today's SND.MAX), with no congestion response; the caller's
+        next output sends it (tcp_xmit_retransmit_queue)."""
+        if self.ca_state != CA_LOSS:
+            self.ca_state = CA_LOSS
+            self.recover = self.conn.snd_max
 
     @property
     def ack_state_plain(self) -> bool:

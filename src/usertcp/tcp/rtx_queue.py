@@ -16,8 +16,14 @@ the oldest-sent records, and stops at the first one it must wait for.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from operator import attrgetter
+from typing import TYPE_CHECKING
+
+from usertcp.tcp.buffers import SKB_TRUESIZE_OVERHEAD
+
+if TYPE_CHECKING:
+    from usertcp.tcp.buffers import SendBuffer
 
 # Acknowledged records are dropped from the list's front in one slice once this many have
 # gathered (and they are at least half of it), so that popping the head stays O(1) amortised.
@@ -163,9 +169,9 @@ class RtxQueue:
     def unlink_sent(self, r: SentSegment) -> None:
         """``r`` no longer waits for RACK: SACKed, acknowledged or marked lost (Linux
         list_del_init of its tcp_tsorted_anchor)."""
-        if not self._linked(r):
-            return
         prev, nxt = r.sent_prev, r.sent_next
+        if prev is None and self.sent_first is not r:
+            return                       # not linked (_linked, inlined: once per SACKed record)
         if prev is None:
             self.sent_first = nxt
         else:
@@ -195,8 +201,145 @@ class RtxQueue:
         self.insert(index + 1, tail)
         return tail
 
+    # The per-block work a hostile peer controls (CVE-2019-11477/11478, CVE-2019-5599), so it
+    # runs on the list itself, without per-record method calls. The first record the block
+    # touches is found by bisection (tcp_sacktag_bsearch). A record the block covers only in
+    # part is cut at the block's edges, on whole-MSS boundaries only (tcp_match_skb_to_sack: a
+    # partial SACK of a one-MSS record marks nothing), unless tcp_fragment's memory check
+    # (split_refused, ``snd_buf``'s sk_wmem_queued against ``sndbuf``) refuses it: then
+    # ``refused`` counts it and the block ends. The send buffer's skb is cut there too. ``tag``
+    # counts each newly SACKed record, which is then folded into SACKed neighbours it touches
+    # (tcp_shifted_skb), so that a SACKed range is one record and a block repeated in later
+    # ACKs costs a lookup, not a walk.
+    def sack_range(self, left: int, right: int, mss: int, snd_buf: SendBuffer, sndbuf: int,
+                   refused: Callable[[], None], tag: Callable[[SentSegment, float], None],
+                   now: float) -> float:
+        """Mark [left, right) of one SACK block (Linux tcp_sacktag_walk). Returns -1.0 if no
+        record was newly SACKed, else the send time of the first newly SACKed one never
+        retransmitted (tcp_sacktag_one's first_sackt), or -2.0 if each was retransmitted.
+        The comment above says how it bounds a hostile peer's work."""
+        segs = self._segs
+        head = self._head
+        n = len(segs)
+        i = bisect_right(segs, left, head, n, key=_END)
+        new = -1.0
+        # tcp_fragment's check needs sk_wmem_queued only once it may be near the limit: each
+        # cut adds at most one skb's overhead to it, so an upper bound spares the exact sum.
+        # Refused when (wmem >> 1) > sndbuf + allowance, that is wmem >= limit.
+        limit = 2 * (sndbuf + FRAGMENT_ALLOWANCE) + 2
+        wmem = snd_buf.wmem_queued
+        while i < n:
+            r = segs[i]
+            start = r.start
+            if start >= right:
+                break
+            if r.sacked:
+                i += 1
+                continue
+            end = r.end
+            if start < left or end > right:
+                if end - start <= mss:
+                    i += 1
+                    continue
+                # Whole pieces only: [a, b) is left rounded up, right rounded down to an MSS
+                # boundary from the record's start (the record's own end counts as one).
+                a = start if left <= start else start - (start - left) // mss * mss
+                b = end if right >= end else start + (right - start) // mss * mss
+                if a >= b:
+                    i += 1
+                    continue
+                if a > start:
+                    wmem = self._cut(i, a, wmem, limit, snd_buf, refused)
+                    if wmem < 0:
+                        break
+                    n += 1
+                    i += 1
+                    r = segs[i]
+                if b < end:
+                    wmem = self._cut(i, b, wmem, limit, snd_buf, refused)
+                    if wmem < 0:
+                        break
+                    n += 1
+            tag(r, now)
+            if new < 0.0:
+                new = r.tx_time if r.tx_count == 1 else -2.0
+            self.unlink_sent(r)            # no longer waiting for RACK
+            i = self._fold_sacked(i, r)
+            n = len(segs)
+        return new
+
+    def _fold_sacked(self, i: int, r: SentSegment) -> int:
+        """Fold the newly SACKed record ``r`` at position ``i`` into SACKed neighbours it
+        touches (tcp_shifted_skb); the position of the record after it."""
+        segs = self._segs
+        if i + 1 < len(segs):
+            nxt = segs[i + 1]
+            if nxt.sacked and nxt.start == r.end:
+                r.end, r.fin = nxt.end, nxt.fin
+                del segs[i + 1]
+        if i > self._head:
+            prev = segs[i - 1]
+            if prev.sacked and prev.end == r.start:
+                prev.end, prev.fin = r.end, r.fin
+                del segs[i]
+                return i                   # segs[i] is now the record after it
+        return i + 1
+
+    def _cut(self, i: int, at: int, wmem: int, limit: int, snd_buf: SendBuffer,
+             refused: Callable[[], None]) -> int:
+        """Cut record ``i`` and its skb at ``at`` for a SACK block; the send queue's memory
+        after it, or -1 if tcp_fragment's check refuses the cut (``refused`` counts it). Only
+        records between the first and the last are refused, as split_refused does."""
+        if wmem >= limit and self._head < i < len(self._segs) - 1:
+            wmem = snd_buf.wmem_queued
+            if wmem >= limit:
+                refused()
+                return -1
+        snd_buf.split(at - 1)           # offset 1 is data byte 0
+        self._split_at(i, at)
+        return wmem + SKB_TRUESIZE_OVERHEAD
+
+    def _split_at(self, i: int, at: int) -> None:
+        """Cut the record at list position ``i`` at offset ``at``; the tail follows it in
+        both orders (sent with it). SentSegment.split and _link_after, inlined."""
+        segs = self._segs
+        r = segs[i]
+        tail = SentSegment(at, r.end, r.fin, r.tx_time)
+        tail.tx_count = r.tx_count
+        tail.retrans = r.retrans
+        tail.lost = r.lost
+        tail.first_tx = r.first_tx
+        r.end = at
+        r.fin = False
+        segs.insert(i + 1, tail)
+        if r.sent_prev is not None or self.sent_first is r:
+            nxt = r.sent_next
+            tail.sent_prev = r
+            tail.sent_next = nxt
+            r.sent_next = tail
+            if nxt is None:
+                self.sent_last = tail
+            else:
+                nxt.sent_prev = tail
+
+    def first_lost(self, hint: int) -> tuple[int, int]:
+        """Position of the first record at or after offset ``hint`` that is lost and neither
+        SACKed nor retransmitted (``len(self)`` if none), and the hint for the next search
+        (Linux tcp_xmit_retransmit_queue's retransmit_skb_hint)."""
+        segs = self._segs
+        head = self._head
+        n = len(segs)
+        i = bisect_right(segs, hint, head, n, key=_END)
+        while i < n:
+            r = segs[i]
+            if r.lost and not r.retrans and not r.sacked:
+                return i - head, r.start
+            i += 1
+        return n - head, segs[n - 1].end if n > head else hint
+
     def split_refused(self, index: int, wmem_queued: int, sndbuf: int) -> bool:
         """Linux tcp_fragment's memory check: with half of sk_wmem_queued over sk_sndbuf plus
         the allowance, only the first and the last record may still be split, so that a peer
         cannot cut the queue into tiny pieces without bound (CVE-2019-11478)."""
-        return (wmem_queued >> 1) > sndbuf + FRAGMENT_ALLOWANCE and 0 < index < len(self) - 1
+        return (0 < index < len(self._segs) - self._head - 1
+                and (wmem_queued >> 1) > sndbuf + FRAGMENT_ALLOWANCE)

@@ -23,7 +23,7 @@ from usertcp.tcp.cookies import IsnGenerator
 from usertcp.tcp.counters import Counters
 from usertcp.tcp.host import FeatureHooks
 from usertcp.tcp.icmp_errors import icmp_arrives
-from usertcp.tcp.martians import martian_source
+from usertcp.tcp.martians import martian_reason
 from usertcp.tcp.md5sig import Md5Keys
 from usertcp.tcp.siphash import siphash24
 from usertcp.wire.icmp import IPPROTO_ICMP, IPPROTO_ICMPV6, parse_icmp
@@ -251,15 +251,18 @@ class Stack:
         if seg.dst not in self.addresses:
             mib["IpInAddrErrors"] += 1
             return
-        if martian_source(seg.src, seg.dst, self.addresses):
-            self.count_martian(seg.ip_version)
+        martian = martian_reason(seg.src, seg.dst, self.addresses)
+        if martian is not None:
+            self.count_martian(seg.ip_version, *martian)
             return
         self.segment_arrives(seg, now)
 
-    def count_martian(self, ip_version: int) -> None:
-        """A martian source (tcp/martians.py): rt_cache in_martian_src; ip6_rcv_core's error."""
+    def count_martian(self, ip_version: int, reason: str, source: bool) -> None:
+        """A martian address (tcp/martians.py): rt_cache in_martian_src/dst, Linux's drop
+        reason, and ip6_rcv_core's header error."""
         mib = self.counters.table
-        mib["UsertcpInMartianSrc"] += 1
+        mib["UsertcpInMartianSrc" if source else "UsertcpInMartianDst"] += 1
+        mib[reason] += 1
         if ip_version == 6:
             mib["Ip6InHdrErrors"] += 1
 
@@ -269,8 +272,9 @@ class Stack:
         if where.dst not in self.addresses:
             mib["IpInAddrErrors"] += 1
             return
-        if martian_source(where.src, where.dst, self.addresses):
-            self.count_martian(where.ip_version)
+        martian = martian_reason(where.src, where.dst, self.addresses, tcp=False)
+        if martian is not None:
+            self.count_martian(where.ip_version, *martian)
             return
         try:
             msg = parse_icmp(where.mv, where.offset, where.end, where.ip_version, where.src, where.dst)

@@ -30,8 +30,8 @@ class Timers:
 
     __slots__ = ("conn", "delack_deadline", "first_rto_time", "keepalive_deadline", "probe_backoff",
                  "probe_deadline", "probes_out", "probes_tstamp", "rack_deadline", "retransmits",
-                 "rto_deadline", "sack_deadline", "time_wait_deadline", "tlp_deadline", "tlp_high",
-                 "tx_refused")
+                 "pacing_deadline", "rto_deadline", "sack_deadline", "time_wait_deadline", "tlp_deadline",
+                 "tlp_high", "tx_refused")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -43,6 +43,7 @@ class Timers:
         self.tlp_deadline = INF        # the probe timeout (PTO)
         self.rack_deadline = INF       # the RACK reordering timer
         self.sack_deadline = INF       # compressed SACKs (tcp/sack_compress.py; Linux's hrtimer)
+        self.pacing_deadline = INF     # the next paced departure (Linux tp->pacing_timer)
         self.probes_out = 0            # zero-window or keepalive probes without answer
         self.probe_backoff = 0         # Linux icsk_backoff of the probe timer (tcp_probe0_when)
         self.probes_tstamp = -1.0      # first probe of the episode (icsk_probes_tstamp); -1: none
@@ -57,8 +58,8 @@ class Timers:
         self.sack_deadline = INF
 
     def next_deadline(self) -> float:
-        return min(self.rto_deadline, self.delack_deadline, self.probe_deadline,
-                   self.keepalive_deadline, self.time_wait_deadline, self.tlp_deadline, self.rack_deadline,
+        return min(self.rto_deadline, self.delack_deadline, self.probe_deadline, self.keepalive_deadline,
+                   self.time_wait_deadline, self.tlp_deadline, self.rack_deadline, self.pacing_deadline,
                    self.sack_deadline)
 
     def handle(self, now: float) -> None:
@@ -68,6 +69,8 @@ class Timers:
         if c.state is State.CLOSED:
             return
         self.tx_refused = False
+        if now >= self.pacing_deadline:
+            self.pacing_deadline = INF         # tcp_pace_kick: tx.run below sends on
         if now >= self.time_wait_deadline:
             self.time_wait_deadline = INF
             expired = "UsertcpTimeWaitExpired" if c.state is State.TIME_WAIT else "TcpExtTCPAbortOnTimeout"
@@ -177,6 +180,8 @@ class Timers:
         if expired:
             c.fail(errno.ETIMEDOUT, now)
             return
+        if self.retransmits >= cfg.retries1:
+            c.path.black_hole(now)                 # tcp_write_timeout: black-hole detection
         c.mib["TcpExtTCPTimeouts"] += 1
         self.tlp_high = -1
         self.rack_deadline = INF

@@ -19,14 +19,18 @@ parts, TUN writes them with ``writev``), as Linux's tun device copies zerocopy f
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
+
+from usertcp.tcp.buffers import PAGE_SIZE
 
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
     from usertcp.tcp.errqueue import ErrorQueue
 
-__all__ = ["LINKS_COPY_PAYLOAD", "Zerocopy", "ZerocopySend"]
+__all__ = ["LINKS_COPY_PAYLOAD", "Zerocopy", "ZerocopySend", "frag_fit", "regions_after"]
 
 # msg_zerocopy_realloc(): a range grows while it holds at most this many bytes and ids.
 ZEROCOPY_BYTE_LIMIT: Final = 1 << 19
@@ -105,14 +109,59 @@ class ZerocopySend:
 
     __slots__ = ("extend", "start", "zerocopy")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, *, syn_data: bool = False) -> None:
+        """``syn_data``: the call opened ``conn`` with MSG_FASTOPEN (tcp_sendmsg_fastopen hands
+        the call's ``uarg`` to the SYN, tcp_send_syn_data): the range starts at the stream's
+        first byte, whatever the SYN took of it."""
         queue = conn.error_queue()
         if queue.zerocopy is None:
             queue.zerocopy = Zerocopy()
         self.zerocopy = queue.zerocopy
-        self.start = conn.snd_buf.end
-        self.extend = self.zerocopy.begin(conn)
+        self.start = 0 if syn_data else conn.snd_buf.end
+        self.extend = False if syn_data else self.zerocopy.begin(conn)
 
     def finish(self, conn: Connection) -> None:
         """The call ended (returned or failed): the bytes it queued take their id."""
         self.zerocopy.record(self.extend, self.start, conn.snd_buf.end)
+
+
+def frag_fit(ends: Sequence[int], pos: int, want: int, room: int) -> tuple[int, int]:
+    """Linux __zerocopy_sg_from_iter(): of ``want`` bytes of a zerocopy write from its byte
+    ``pos``, how many ``room`` more frags of the skb hold, and the frags they take.
+
+    ``ends`` are the end positions of the write's separate memory regions (its iovec): each
+    page a region's bytes touch is one frag, and no frag spans two regions (separate user
+    buffers do not coalesce, skb_can_coalesce). A region is taken to start on a page
+    boundary: Python does not tell where a buffer lies in its page.
+    """
+    i = bisect_right(ends, pos)
+    taken = frags = 0
+    n = len(ends)
+    while taken < want and i < n:
+        at = pos + taken
+        first = (at - (ends[i - 1] if i else 0)) % PAGE_SIZE    # offset in its page
+        rem = min(ends[i], pos + want) - at
+        pages = (first + rem + PAGE_SIZE - 1) // PAGE_SIZE
+        if frags + pages > room:
+            fit = (room - frags) * PAGE_SIZE - first
+            if fit > 0:
+                taken += fit
+                frags = room
+            break
+        taken += rem
+        frags += pages
+        i += 1
+    return taken, frags
+
+
+def regions_after(regions: Sequence[int], skip: int) -> tuple[int, ...]:
+    """The region lengths of a write's bytes after its first ``skip`` (what a write resumed
+    after a partial one still has to queue)."""
+    out: list[int] = []
+    for n in regions:
+        if skip >= n:
+            skip -= n
+            continue
+        out.append(n - skip)
+        skip = 0
+    return tuple(out)

@@ -33,6 +33,8 @@ OPT_TIMESTAMP = 8
 OPT_MD5 = 19
 OPT_AO = 29
 OPT_FASTOPEN = 34
+OPT_ACCECN0 = 172   # RFC 9768 §3.2.3 (layout in wire/accecn.py)
+OPT_ACCECN1 = 174
 OPT_EXP = 254
 FASTOPEN_EXP_MAGIC = 0xF989
 
@@ -89,7 +91,7 @@ class Segment:
         "ip_version", "src", "dst", "tos", "ttl", "flow_label",
         "sport", "dport", "seq", "ack", "flags", "window", "urg_ptr", "data_offset",
         "mss", "wscale", "sack_permitted", "sack_blocks", "ts_val", "ts_ecr",
-        "fastopen", "fastopen_exp", "md5", "ao", "unknown_options",
+        "fastopen", "fastopen_exp", "md5", "ao", "accecn", "unknown_options",
         "payload", "tcp_header", "raw_options", "checksum_ok", "gso_size",
     )
 
@@ -117,6 +119,7 @@ class Segment:
     fastopen_exp: bool        # True when the cookie came in the experimental kind 254 form
     md5: memoryview | None    # the 16 digest bytes
     ao: memoryview | None     # TCP-AO option body, opaque
+    accecn: memoryview | None  # the AccECN option (kind 172/174) whole, RFC 9768 §3.2.3
     unknown_options: int      # count of options with kinds we do not know (skipped)
     payload: memoryview
     tcp_header: memoryview    # TCP header including options (for MD5 and the drill runner)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from .segment import (
     FASTOPEN_EXP_MAGIC,
+    OPT_ACCECN0,
+    OPT_ACCECN1,
     OPT_AO,
     OPT_EOL,
     OPT_EXP,
@@ -149,8 +151,7 @@ def parse_options(seg: Segment, opts: memoryview) -> None:
     seg.ts_ecr = 0
     seg.fastopen = None
     seg.fastopen_exp = False
-    seg.md5 = None
-    seg.ao = None
+    seg.md5 = seg.ao = seg.accecn = None
     seg.unknown_options = 0
     n = len(opts)
     if n == 0:
@@ -210,8 +211,17 @@ def parse_options(seg: Segment, opts: memoryview) -> None:
             if olen >= 4:
                 seg.ao = opts[i + 2:i + olen]
         else:
-            seg.unknown_options += 1
+            _other_option(seg, opts, i, kind, olen)
         i += olen
+
+
+def _other_option(seg: Segment, opts: memoryview, i: int, kind: int, olen: int) -> None:
+    """An option parse_options has no branch for: the AccECN option (RFC 9768 §3.2.3, kept
+    whole for tcp/accecn.py, which reads it with wire/accecn.py), or an unknown kind."""
+    if kind in (OPT_ACCECN0, OPT_ACCECN1):
+        seg.accecn = opts[i:i + olen]
+    else:
+        seg.unknown_options += 1
 
 
 def _fastopen(seg: Segment, opts: memoryview, start: int, clen: int, exp: bool) -> None:
