@@ -40,7 +40,12 @@ def test_10mb_transfer(name: str, direction: str) -> None:
     assert pair.now - start < BOUND[name]
     stack = pair.a if direction == "a_to_b" else pair.b
     if name == "clean":
-        assert stack.counters["TcpRetransSegs"] == 0
+        # No impairment, but a finite queue: with the receiver's buffer auto-tuned (as Linux's,
+        # tcp_rcv_space_adjust) the window outgrows it and CUBIC fills it until it drops: any
+        # retransmission follows queue drops, none a loss the link made up.
+        direction_stats = (pair.link.ab if direction == "a_to_b" else pair.link.ba).stats
+        assert direction_stats.lost == direction_stats.corrupted == 0
+        assert stack.counters["TcpRetransSegs"] == 0 or direction_stats.queue_drops > 0
     if name in ("loss1", "loss5"):
         assert stack.counters["TcpRetransSegs"] > 0
     if name == "corrupt":

@@ -60,9 +60,11 @@ __all__ = [
     "SO_MARK",
     "SO_OOBINLINE",
     "SO_RCVBUF",
+    "SO_RCVBUFFORCE",
     "SO_REUSEADDR",
     "SO_REUSEPORT",
     "SO_SNDBUF",
+    "SO_SNDBUFFORCE",
     "SO_TIMESTAMP",
     "SO_TIMESTAMPING",
     "SO_TIMESTAMPNS",
@@ -131,6 +133,8 @@ SO_RCVBUF: Final = 8
 SO_KEEPALIVE: Final = 9
 SO_LINGER: Final = 13
 SO_REUSEPORT: Final = 15
+SO_SNDBUFFORCE: Final = 32
+SO_RCVBUFFORCE: Final = 33
 SO_ACCEPTCONN: Final = 30
 SO_OOBINLINE: Final = 10       # the urgent byte stays in the stream (tcp/urgent.py)
 SO_MARK: Final = 36            # the routing mark (fwmark): stored, no policy routing here

@@ -6,8 +6,10 @@ Both the Python socket API (:mod:`usertcp.api.sockets`) and the packetdrill syst
 how they read arguments and report results. Semantics reproduced (as Linux ``sock_setsockopt``,
 ``do_tcp_setsockopt``, ``do_ip_setsockopt``):
 
-- ``SO_SNDBUF``/``SO_RCVBUF`` are doubled (``sk_sndbuf`` counts skb overhead too), clamped to
-  the minimum, and lock autotuning; ``getsockopt`` reports the doubled value.
+- ``SO_SNDBUF``/``SO_RCVBUF`` are capped by ``net.core.wmem_max``/``rmem_max`` (not by
+  ``tcp_wmem``/``tcp_rmem``), doubled (``sk_sndbuf`` counts skb overhead too), raised to the
+  minimum, and lock autotuning; ``SO_SNDBUFFORCE``/``SO_RCVBUFFORCE`` skip the cap and need
+  root (CAP_NET_ADMIN, EPERM otherwise); ``getsockopt`` reports the buffer as it is now.
 - Options set before ``listen()`` are inherited by accepted sockets (``sk_clone_lock``): the
   connection attributes go to ``Listener.options``.
 - A pending socket error is reported once (``sock_error``): :func:`take_error`.
@@ -20,6 +22,7 @@ how they read arguments and report results. Semantics reproduced (as Linux ``soc
 from __future__ import annotations
 
 import errno
+import os
 import struct
 from enum import IntEnum
 from typing import Any, Final
@@ -43,9 +46,11 @@ from usertcp.api.constants import (
     SO_MARK,
     SO_OOBINLINE,
     SO_RCVBUF,
+    SO_RCVBUFFORCE,
     SO_REUSEADDR,
     SO_REUSEPORT,
     SO_SNDBUF,
+    SO_SNDBUFFORCE,
     SO_TIMESTAMPING,
     SO_TYPE,
     SO_ZEROCOPY,
@@ -92,6 +97,7 @@ TCP_MAX_MSS: Final = 32767       # Linux MAX_TCP_WINDOW
 TCP_MSS_DEFAULT: Final = 536     # what Linux reports for TCP_MAXSEG before a connection exists
 SOCK_MIN_SNDBUF: Final = 4608    # Linux 2 * (2048 + sizeof(struct sk_buff)), as on x86-64
 SOCK_MIN_RCVBUF: Final = 2304
+INT_MAX: Final = 0x7FFFFFFF
 MAX_TCP_KEEPIDLE: Final = 32767
 MAX_TCP_KEEPINTVL: Final = 32767
 MAX_TCP_KEEPCNT: Final = 127
@@ -122,6 +128,19 @@ def as_bytes_view(data: Any) -> memoryview:
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast("B")
     return view
+
+
+def _buffer_request(force: bool, value: int, ceiling: int) -> int:
+    """Linux sk_setsockopt SO_{SND,RCV}BUF[FORCE]: the plain options take at most the
+    net.core ceiling (a negative value, as a u32, is the ceiling); the FORCE ones need
+    CAP_NET_ADMIN (root here) and take any non-negative value; all fit an int once doubled."""
+    if force:
+        if os.geteuid() != 0:
+            raise os_error(errno.EPERM, "SO_*BUFFORCE needs CAP_NET_ADMIN")
+        value = max(value, 0)
+    else:
+        value = min(value & 0xFFFFFFFF, ceiling)
+    return min(value, INT_MAX // 2)
 
 
 def int_value(value: Any) -> int:
@@ -307,17 +326,19 @@ class SocketOptions:
             if conn is not None:
                 conn.rx.urgent.set_inline(self.oob_inline)
             return Effect.NONE
-        if optname == SO_SNDBUF:
+        if optname in (SO_SNDBUF, SO_SNDBUFFORCE):
             # Doubled and locked against autotuning (SOCK_SNDBUF_LOCK); sk_write_space()
             # may then wake a writer.
-            self.sndbuf = max(2 * min(int_value(value), self.config.wmem[2]), SOCK_MIN_SNDBUF)
+            self.sndbuf = max(2 * _buffer_request(optname == SO_SNDBUFFORCE, int_value(value),
+                                                  self.config.wmem_max), SOCK_MIN_SNDBUF)
             self._attr("sndbuf_limit", self.sndbuf, conn, listener)
             effect = self._attr("sndbuf_locked", True, conn, listener)
             if conn is not None:
                 conn.write_space()
             return effect
-        if optname == SO_RCVBUF:
-            self.rcvbuf = max(2 * min(int_value(value), self.config.rmem[2]), SOCK_MIN_RCVBUF)
+        if optname in (SO_RCVBUF, SO_RCVBUFFORCE):
+            self.rcvbuf = max(2 * _buffer_request(optname == SO_RCVBUFFORCE, int_value(value),
+                                                  self.config.rmem_max), SOCK_MIN_RCVBUF)
             self._attr("rcvbuf_locked", True, conn, listener)      # SOCK_RCVBUF_LOCK
             return self._attr("rcvbuf_limit", self.rcvbuf, conn, listener)
         if optname == SO_LINGER:
@@ -542,6 +563,9 @@ class SocketOptions:
                 return int(conn.sndbuf_limit)
             return self.sndbuf if self.sndbuf is not None else cfg.wmem[1]
         if optname == SO_RCVBUF:
+            # sk_rcvbuf: what SO_RCVBUF set, else tcp_rmem[1] as auto-tuning grew it.
+            if conn is not None:
+                return int(conn.rcvbuf_limit)
             return self.rcvbuf if self.rcvbuf is not None else cfg.rmem[1]
         if optname == SO_TYPE:
             return int(SOCK_STREAM)

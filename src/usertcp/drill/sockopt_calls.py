@@ -29,7 +29,8 @@ S = SYMBOLS
 SUPPORTED_SOCKOPTS: frozenset[tuple[str, str]] = frozenset(
     [("SOL_SOCKET", n) for n in ("SO_REUSEADDR", "SO_REUSEPORT", "SO_KEEPALIVE", "SO_SNDBUF", "SO_RCVBUF",
                                  "SO_OOBINLINE", "SO_LINGER", "SO_ERROR", "SO_TYPE", "SO_ACCEPTCONN",
-                                 "SO_ZEROCOPY", "SO_TIMESTAMPING", "SO_MARK")]
+                                 "SO_ZEROCOPY", "SO_TIMESTAMPING", "SO_MARK", "SO_SNDBUFFORCE",
+                                 "SO_RCVBUFFORCE")]
     + [(lvl, n) for lvl in ("SOL_TCP", "IPPROTO_TCP") for n in (
         "TCP_NODELAY", "TCP_CORK", "TCP_MAXSEG", "TCP_USER_TIMEOUT", "TCP_KEEPIDLE", "TCP_KEEPINTVL",
         "TCP_KEEPCNT", "TCP_FASTOPEN", "TCP_FASTOPEN_KEY", "TCP_FASTOPEN_CONNECT", "TCP_FASTOPEN_NO_COOKIE",

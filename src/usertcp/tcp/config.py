@@ -41,6 +41,13 @@ class StackConfig:
     window_scaling: bool = True           # tcp_window_scaling (RFC 7323 §2)
     rmem: tuple[int, int, int] = (4096, 131072, 6291456)   # tcp_rmem min/default/max
     wmem: tuple[int, int, int] = (4096, 16384, 4194304)    # tcp_wmem min/default/max
+    rmem_max: int = 212992                # net.core.rmem_max: SO_RCVBUF's ceiling (SK_RMEM_MAX)
+    wmem_max: int = 212992                # net.core.wmem_max: SO_SNDBUF's ceiling (SK_WMEM_MAX)
+    shrink_window: bool = False           # tcp_shrink_window (6.5+): the window may shrink
+    moderate_rcvbuf: bool = True          # tcp_moderate_rcvbuf: receive buffer auto-tuning
+    comp_sack_delay_ns: int = 1_000_000   # tcp_comp_sack_delay_ns: most a SACK waits (1 ms)
+    comp_sack_slack_ns: int = 100_000     # tcp_comp_sack_slack_ns: the hrtimer's slack
+    comp_sack_nr: int = 44                # tcp_comp_sack_nr: SACKs compressed at most (0: off)
     congestion_control: str = "cubic"     # tcp_congestion_control
     # tcp_dctcp module parameters (/sys/module/tcp_dctcp/parameters/): the gain of alpha's
     # moving average is 1/2**shift_g (RFC 8257 §3.3: g = 1/16), alpha starts at 1024 (= 1).
@@ -123,8 +130,8 @@ class StackConfig:
         return wscale
 
     def apply_sysctl(self, name: str, value: str) -> bool:
-        """Set one ``net.ipv4.tcp_*`` sysctl; False if it is not modelled."""
-        key = name.removeprefix("net.ipv4.").removeprefix("net/ipv4/")
+        """Set one ``net.ipv4.tcp_*`` (or modelled ``net.core.*``) sysctl; False if it is not modelled."""
+        key = name.replace("/", ".").removeprefix("net.ipv4.")
         value = value.strip()
         handler = _SYSCTLS.get(key)
         if handler is None:
@@ -251,6 +258,13 @@ _SYSCTLS = {
     "tcp_keepalive_intvl": lambda c, v: setattr(c, "keepalive_intvl", float(_int(v))),
     "tcp_keepalive_probes": _set_int("keepalive_probes"),
     "tcp_fin_timeout": lambda c, v: setattr(c, "fin_timeout", float(_int(v))),
+    "net.core.rmem_max": _set_int("rmem_max"),
+    "net.core.wmem_max": _set_int("wmem_max"),
+    "tcp_shrink_window": _set_bool("shrink_window"),
+    "tcp_moderate_rcvbuf": _set_bool("moderate_rcvbuf"),
+    "tcp_comp_sack_delay_ns": _set_int("comp_sack_delay_ns"),
+    "tcp_comp_sack_slack_ns": _set_int("comp_sack_slack_ns"),
+    "tcp_comp_sack_nr": _set_int("comp_sack_nr"),
 }
 
 CONFIG_FIELDS = tuple(f.name for f in fields(StackConfig))

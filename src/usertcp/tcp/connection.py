@@ -336,7 +336,7 @@ class Connection:
             if not self.sndbuf_locked:
                 self.tx.sndbuf_expand()    # tcp_init_buffer_space()
             self.delivered_segs += 1     # the SYN (or SYN-ACK) was delivered (Linux tp->delivered)
-            self.rx.lrcvtime = now       # tcp_finish_connect / tcp_create_openreq_child
+            self.rx.opened(now)          # tcp_finish_connect / tcp_create_openreq_child
         elif effects & Effect.ATTEMPT_FAILED:
             self.mib["TcpAttemptFails"] += 1
         self.stack.trace_state(self, old, state, now)

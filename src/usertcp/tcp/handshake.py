@@ -206,7 +206,6 @@ class Handshake:
         3rd ACK of a validated SYN cookie (Linux cookie_v4_check -> tcp_get_cookie_sock). The
         peer's SYN window is unknown: the 3rd ACK's window replaces it (``establish_passive``)."""
         c = self.conn
-        cfg = c.config
         c.passive = True
         c.listener = listener
         c.irs = (ack.seq - 1) & SEQ_MASK
@@ -219,10 +218,10 @@ class Handshake:
             c.ts_recent_time = now
         c.ws_ok = wscale >= 0
         c.snd_wscale = wscale if c.ws_ok else 0
-        c.rcv_wscale = cfg.rcv_wscale if c.ws_ok else 0
         c.sack_ok = sack
         c.peer_mss = peer_mss
         c.compute_mss()
+        c.rx.init_window(c.ws_ok)       # cookie_v4_check redoes tcp_select_initial_window
         c.rx.initialize_rcv_mss()       # Linux tcp_initialize_rcv_mss
         c.tx.window_field(True)           # the SYN-ACK's window: syn_window and rcv_adv
         c.snd_una = 0

@@ -120,7 +120,10 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
         "tcpi_snd_wnd": conn.snd_wnd,
         "tcpi_reordering": conn.recovery.reordering,
         "tcpi_reord_seen": conn.recovery.reord_seen,
-        "tcpi_rcv_space": conn.rcvbuf_limit,
+        "tcpi_rcv_space": conn.rx.drs.space,         # rcvq_space.space (tcp/autotune.py)
+        "tcpi_rcv_rtt": conn.rx.drs.rtt_us >> 3,
+        "tcpi_rcv_ssthresh": conn.rcv_ssthresh,
+        "tcpi_rcv_wnd": conn.rx.rcv_wnd,
         # Why active Fast Open did not deliver the SYN's data (TFO_* of tcp/fastopen_client.py).
         "tcpi_fastopen_client_fail": conn.tfo.client_fail if isinstance(conn.tfo, ClientTfo) else 0,
     }

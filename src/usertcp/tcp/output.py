@@ -122,40 +122,19 @@ class Output:
         return max(size // mss, c.config.min_tso_segs, 1) * mss
 
     def window_field(self, syn: bool) -> int:
-        """The receive window to advertise, with receiver SWS avoidance (RFC 9293 §3.8.6.2.2)."""
+        """The receive window to advertise (RFC 9293 §3.8.6.2.2, as Linux chooses it)."""
         c = self.conn
-        free = c.rcvbuf_limit - len(c.rcv_buf) - c.ooo.bytes_queued
-        if free < 0:
-            free = 0
         if syn:
+            free = c.rcvbuf_limit - len(c.rcv_buf) - c.ooo.bytes_queued
+            if free < 0:
+                free = 0
             # RFC 7323 §2.2: the SYN window is never scaled. Its right edge is relative to
             # the peer's ISN+1, which a SYN-SENT connection learns only from the SYN-ACK.
             wnd = min(free, c.rx.rcv_wnd_initial)   # tcp/window.py: tcp_select_initial_window
             c.syn_window = wnd
             c.rcv_adv = max(c.rcv_adv, c.rcv_nxt + wnd)
             return wnd
-        # Linux rcv_ssthresh: the window opens from 64 KB as data arrives (tcp_grow_window),
-        # instead of offering the whole buffer to a peer not yet known to use it.
-        capped = free > c.rcv_ssthresh
-        if capped:
-            free = c.rcv_ssthresh
-        right = c.rcv_nxt + free
-        cur = c.rcv_adv - c.rcv_nxt
-        if right < c.rcv_adv:
-            wnd = max(cur, 0)                # never shrink the window (RFC 9293 §3.8.6.2.2)
-        elif cur > 0 and not capped and right - c.rcv_adv < min(c.rcvbuf_limit // 2, c.rcv_mss):
-            wnd = cur                        # SWS: the buffer itself is the limit, wait for space
-        else:
-            wnd = free
-        # Round up to the scale unit as Linux does (ALIGN in tcp_select_window), within the buffer.
-        unit = 1 << c.rcv_wscale
-        if wnd % unit and wnd + unit - wnd % unit <= c.rcvbuf_limit - len(c.rcv_buf):
-            wnd += unit - wnd % unit
-        field = wnd >> c.rcv_wscale
-        if field > MAX_WINDOW:
-            field = MAX_WINDOW
-        c.rcv_adv = max(c.rcv_adv, c.rcv_nxt + (field << c.rcv_wscale))
-        return field
+        return c.rx.select_window()       # tcp_select_window (tcp/receive.py, tcp/window.py)
 
     def tsval(self, now: float) -> int:
         c = self.conn
@@ -188,6 +167,8 @@ class Output:
             c.last_ack_sent = c.rcv_nxt
             rx.ack_pending = 0
             tm.delack_deadline = INF
+            if rx.comp.count:
+                rx.compressed_acks_sent()
             rx.dsack = None
         c.path.on_transmit()           # __sk_dst_check: a changed route is looked up again
         flags, tos = self.ecn_marks(flags, syn, bool(payload), off)

@@ -28,12 +28,10 @@ __all__ = ["adjust_rcv_ssthresh", "clamp_window", "prune_queue"]
 
 
 def clamp_window(conn: Connection) -> None:
-    """Linux tcp_clamp_window: the socket holds more than its buffer; the window offered
-    stops at two segments (rcv_ssthresh). (Linux also ends quick-ACK mode here, and may grow
-    sk_rcvbuf when memory is plentiful: neither is modelled.)"""
-    rx = conn.rx
-    clamp = rx.window_clamp or conn.rcv_ssthresh
-    rx.set_rcv_ssthresh(min(clamp, 2 * rx.advmss()))
+    """Linux tcp_clamp_window: the socket holds more than its buffer; quick ACKs end, the
+    buffer may grow to what is held, else the window offered stops at two segments
+    (rcv_ssthresh): Receive.clamp_window, the one home of the receive window."""
+    conn.rx.clamp_window()
 
 
 def adjust_rcv_ssthresh(conn: Connection) -> None:

@@ -13,15 +13,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from usertcp.tcp.appguard import notify
+from usertcp.tcp.autotune import TCP_INIT_CWND, RcvSpace, rcvbuf_for
 from usertcp.tcp.buffers import truesize
 from usertcp.tcp.output import MAX_WINDOW
 from usertcp.tcp.prune import prune_queue
 from usertcp.tcp.recovery import ECN_DEMAND_CWR, ECN_OK, ECN_SEEN, INF
+from usertcp.tcp.sack_compress import SackCompress, compress_delay
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import RECEIVING, State
 from usertcp.tcp.urgent import Urgent
 from usertcp.tcp.wakeup import KEY_READABLE
-from usertcp.tcp.window import TS_OPTION_SPACE, select_initial_window, win_from_space
+from usertcp.tcp.window import (
+    DEFAULT_SCALING_RATIO,
+    SOCK_MIN_RCVBUF,
+    TS_OPTION_SPACE,
+    grow_increment,
+    initial_window,
+    scaling_ratio,
+    select_window,
+    win_from_space,
+)
 from usertcp.wire.segment import ACK, ECN_CE, ECN_NOT_ECT, FIN, PSH, SYN, URG, Segment
 
 if TYPE_CHECKING:
@@ -35,8 +46,9 @@ _REMNANT = FIN | URG | SYN | PSH   # Linux TCP_REMNANT: flags a full-sized segme
 class Receive:
     """ACK scheduling state and the data-arrival path of one connection."""
 
-    __slots__ = ("ack_now", "ack_pending", "ato", "ce_state", "conn", "dsack", "last_seg_size", "lrcvtime",
-                 "pingpong", "quickack", "rcv_wnd_initial", "urgent", "window_clamp")
+    __slots__ = ("ack_now", "ack_pending", "ato", "ce_state", "comp", "conn", "drs", "dsack", "last_seg_size",
+                 "lrcvtime", "pingpong", "quickack", "rcv_wnd", "rcv_wnd_initial", "scaling_ratio", "urgent",
+                 "window_clamp")
 
     def __init__(self, conn: Connection, quickack: int) -> None:
         self.conn = conn
@@ -51,6 +63,10 @@ class Receive:
         self.ato = 0.0                 # Linux icsk_ack.ato: the delayed-ACK timeout; 0 until data came
         self.window_clamp = 0          # Linux tp->window_clamp (0: none yet), see tcp/window.py
         self.rcv_wnd_initial = MAX_WINDOW   # the SYN's window (tcp_select_initial_window)
+        self.rcv_wnd = MAX_WINDOW      # Linux tp->rcv_wnd: the window last offered (unscaled bytes)
+        self.scaling_ratio = DEFAULT_SCALING_RATIO   # Linux tp->scaling_ratio (tcp/window.py)
+        self.drs = RcvSpace()          # receive buffer auto-tuning (tcp/autotune.py)
+        self.comp = SackCompress()     # ACKs held back while data is out of order
         self.urgent = Urgent()         # the urgent mark: tp->urg_data, tp->urg_seq (tcp/urgent.py)
 
     def init_window(self, wscale_ok: bool) -> None:
@@ -58,16 +74,152 @@ class Receive:
         (Linux tcp_connect_init / tcp_openreq_init_rwin with tcp_select_initial_window)."""
         c = self.conn
         cfg = c.config
-        full = win_from_space(c.rcvbuf_limit)
-        clamp = self.window_clamp
-        if c.rcvbuf_locked and (clamp == 0 or clamp > full):
-            clamp = full                   # the user fixed the buffer: never offer more than it holds
         # the SYN-ACK's segments carry the timestamp option; an active open does not know yet
         mss = self.advmss() - (TS_OPTION_SPACE if c.passive and c.ts_ok else 0)
         scale = wscale_ok and cfg.window_scaling
-        rcv_wnd, self.window_clamp, c.rcv_wscale = select_initial_window(full, mss, clamp, scale, cfg.rmem[2])
-        self.rcv_wnd_initial = rcv_wnd
+        rcv_wnd, self.window_clamp, c.rcv_wscale = initial_window(
+            c.rcvbuf_limit, c.rcvbuf_locked, self.window_clamp, mss, scale, cfg.rmem[2], cfg.rmem_max)
+        self.rcv_wnd_initial = self.rcv_wnd = rcv_wnd
         c.rcv_ssthresh = min(c.rcv_ssthresh, rcv_wnd)
+
+    def opened(self, now: float) -> None:
+        """The connection is open (tcp_finish_connect / tcp_create_openreq_child): data counts
+        as arriving from now, and the receive buffer is set up (tcp_init_buffer_space)."""
+        self.lrcvtime = now
+        self.init_buffer_space(now)
+
+    def init_buffer_space(self, now: float) -> None:
+        """Linux tcp_init_buffer_space, its receive part, when the connection opens: the clamp
+        keeps one segment of the buffer in reserve (tcp_app_win), rcv_ssthresh starts below it."""
+        c = self.conn
+        advmss = self.rcv_advmss()
+        maxwin = win_from_space(c.rcvbuf_limit, self.scaling_ratio)
+        clamp = self.window_clamp
+        if clamp == 0 or clamp >= maxwin:
+            clamp = maxwin
+        if clamp > 2 * advmss and clamp + advmss > maxwin:
+            clamp = max(2 * advmss, maxwin - advmss)     # force reservation of one segment
+        self.window_clamp = clamp
+        c.rcv_ssthresh = min(c.rcv_ssthresh, clamp)
+        self.drs.start(min(c.rcv_ssthresh, self.rcv_wnd, TCP_INIT_CWND * advmss), self.copied_seq(),
+                       int(now * 1e6))
+
+    def copied_seq(self) -> int:
+        """Linux tp->copied_seq: how far the application has read (an offset, as rcv_nxt)."""
+        c = self.conn
+        return c.rcv_nxt - len(c.rcv_buf) - (1 if c.fin_received else 0)
+
+    def space_adjust(self, now: float) -> None:
+        """Linux tcp_rcv_space_adjust / tcp_rcvbuf_grow (tcp/autotune.py) after a read: the
+        buffer grows with what the reader takes per RTT, the clamp follows it."""
+        c = self.conn
+        copied = self.copied_seq()
+        old = self.drs.adjust(copied, c.rcv_nxt, int(now * 1e6))
+        if old < 0 or c.rcvbuf_locked or not c.config.moderate_rcvbuf:
+            return
+        ooo_end = c.ooo.highest_seq
+        span = ((ooo_end - c.irs - c.rcv_nxt) & SEQ_MASK) if ooo_end is not None else 0
+        rcvbuf = rcvbuf_for(self.drs.space, old, span, self.scaling_ratio, c.config.rmem[2])
+        if rcvbuf > c.rcvbuf_limit:
+            c.rcvbuf_limit = rcvbuf
+            self.window_clamp = win_from_space(rcvbuf, self.scaling_ratio)
+
+    def rtt_measure_ts(self, ts_ecr: int, seg_len: int, now: float) -> None:
+        """Linux tcp_rcv_rtt_measure_ts: the receiver's RTT from an echoed timestamp."""
+        c = self.conn
+        if c.ts_ok and ts_ecr >= 0:
+            self.drs.measure_ts((int(now * 1000) + c.ts_offset) & SEQ_MASK, ts_ecr, seg_len, c.rcv_mss)
+
+    def rcv_advmss(self) -> int:
+        """Linux tp->advmss once the connection is set up: our MSS less the timestamp option."""
+        return self.advmss() - (TS_OPTION_SPACE if self.conn.ts_ok else 0)
+
+    def rmem_alloc(self) -> int:
+        """Linux sk_rmem_alloc: the buffer memory (truesize) the received data holds."""
+        c = self.conn
+        held = c.rcv_buf.charged
+        q = c.ooo
+        if not q.empty:
+            held += q.truesize
+        return held
+
+    def set_window_clamp(self, val: int) -> None:
+        """Linux tcp_set_window_clamp (as tcp_measure_rcv_mss calls it): a smaller clamp pulls
+        rcv_ssthresh down with it; a larger one lets it up to the window already offered."""
+        c = self.conn
+        new = max(SOCK_MIN_RCVBUF // 2, val)
+        old = self.window_clamp
+        if new == old:
+            return
+        self.window_clamp = new
+        if new < old:
+            c.rcv_ssthresh = min(c.rcv_ssthresh, new)       # __tcp_adjust_rcv_ssthresh
+        else:
+            c.rcv_ssthresh = max(min(self.rcv_wnd, new), c.rcv_ssthresh)
+
+    def clamp_window(self) -> None:
+        """Linux tcp_clamp_window (from tcp_prune_queue): more is held than the buffer allows,
+        so quick ACKs end and the buffer grows to what is held (up to tcp_rmem[2], unless locked
+        or memory is short); if it still does not fit, rcv_ssthresh drops to two segments."""
+        c = self.conn
+        self.quickack = 0
+        held = self.rmem_alloc()
+        rmem2 = c.config.rmem[2]
+        mem = c.stack.mem
+        if (c.rcvbuf_limit < rmem2 and not c.rcvbuf_locked and not mem.pressure
+                and (not mem.limit or mem.used < mem.limit // 2)):
+            c.rcvbuf_limit = min(held, rmem2)
+        if held > c.rcvbuf_limit:
+            c.rcv_ssthresh = min(self.window_clamp or c.rcv_ssthresh, 2 * self.rcv_advmss())
+
+    def select_window(self) -> int:
+        """Linux tcp_select_window: the window field of a segment after the handshake.
+
+        The offer comes from ``window.select_window`` (__tcp_select_window); it never moves the
+        right edge left (RFC 9293 §3.8.6.2.2) unless net.ipv4.tcp_shrink_window allows it with a
+        window scale in use. Counted as Linux does: TCPWantZeroWindowAdv (a zero window kept
+        open), TCPToZeroWindowAdv / TCPFromZeroWindowAdv (the window closed / reopened)."""
+        c = self.conn
+        ws = c.rcv_wscale
+        unit = 1 << ws
+        new = self.offer()
+        old = self.rcv_wnd
+        cur = c.rcv_adv - c.rcv_nxt                           # tcp_receive_window
+        if new < cur and not (c.config.shrink_window and ws):
+            if new == 0:
+                c.mib["TcpExtTCPWantZeroWindowAdv"] += 1
+            new = (cur + unit - 1) & -unit
+        self.rcv_wnd = new
+        c.rcv_adv = c.rcv_nxt + new                           # rcv_wup = rcv_nxt
+        field = new >> ws
+        if field > MAX_WINDOW:
+            field = MAX_WINDOW
+        if not field:
+            if old:
+                c.mib["TcpExtTCPToZeroWindowAdv"] += 1
+        elif not old:
+            c.mib["TcpExtTCPFromZeroWindowAdv"] += 1
+        return field
+
+    def offer(self) -> int:
+        """Linux __tcp_select_window: the window the buffer allows now (``window.select_window``),
+        and what Linux does beside it when less than half the buffer is free: quick ACKs end,
+        and under memory pressure rcv_ssthresh drops to four segments first."""
+        c = self.conn
+        ws = c.rcv_wscale
+        unit = 1 << ws
+        shrink = c.config.shrink_window and ws > 0
+        ratio = self.scaling_ratio
+        rcvbuf = c.rcvbuf_limit
+        allowed = (rcvbuf * ratio) >> 8                       # tcp_full_space
+        free = ((rcvbuf - self.rmem_alloc()) * ratio) >> 8    # tcp_space
+        clamp = self.window_clamp
+        full = clamp if 0 < clamp < allowed else allowed
+        if (free & -unit if shrink else free) < full >> 1:
+            self.quickack = 0                                 # icsk_ack.quick = 0
+            if c.stack.mem.pressure:
+                c.rcv_ssthresh = min(c.rcv_ssthresh, 4 * self.rcv_advmss())   # tcp_adjust_rcv_ssthresh
+        return select_window(free, allowed, full, c.rcv_ssthresh, ws, c.rcv_mss, self.rcv_wnd, shrink)
 
     def event_data_recv(self, now: float) -> None:
         """Linux tcp_event_data_recv, its ACK-timing part: the first data starts the delayed-ACK
@@ -86,6 +238,7 @@ class Receive:
             elif gap > c.rtt.timeout:
                 self.incr_quickack(c.config.quickack_segments)
         self.lrcvtime = now
+        self.drs.measure(c.rcv_nxt, self.rcv_wnd, int(now * 1e6))   # tcp_rcv_rtt_measure
 
     def delack_fired(self) -> None:
         """Linux tcp_delack_timer_handler: a delayed ACK had to wait for its timer, so the
@@ -152,7 +305,7 @@ class Receive:
         own = c.path.advmss()
         return min(own, c.user_mss) if c.user_mss else own
 
-    def measure_rcv_mss(self, seg_len: int, gso_size: int, flags: int) -> None:
+    def measure_rcv_mss(self, seg_len: int, gso_size: int, flags: int, cost: int = 0) -> None:
         """Linux tcp_measure_rcv_mss: the peer's segment size, as data arrives.
 
         A GRO packet counts with its segment size; a segment at least as long as the current
@@ -164,6 +317,8 @@ class Receive:
         self.last_seg_size = 0
         length = gso_size or seg_len
         if length >= c.rcv_mss:
+            if length != c.rcv_mss and cost:
+                self._measure_ratio(seg_len, cost)
             c.rcv_mss = min(length, self.advmss())
             return
         header = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
@@ -173,6 +328,17 @@ class Receive:
             self.last_seg_size = length
             if length == lss:
                 c.rcv_mss = length
+
+    def _measure_ratio(self, seg_len: int, cost: int) -> None:
+        """Linux tcp_measure_rcv_mss (6.x): a new segment size measures how much window a
+        buffer byte holds (``cost`` is the segment's truesize); a changed ratio resizes the
+        window clamp to the buffer (tcp_set_window_clamp)."""
+        ratio = scaling_ratio(seg_len, cost)
+        if ratio != self.scaling_ratio:
+            self.scaling_ratio = ratio
+            self.set_window_clamp(win_from_space(self.conn.rcvbuf_limit, ratio))
+            if self.window_clamp < self.drs.space:
+                self.drs.space = self.window_clamp
 
     def data_arrives(self, seg: Segment, seg_off: int, now: float) -> None:
         """RFC 9293 §3.10.7.4 seventh/eighth: queue in-order data, reassemble, handle FIN."""
@@ -202,8 +368,10 @@ class Receive:
             payload = payload[cut:]
             seg_off += cut
             plen -= cut
-        if plen and self._no_room(seg_off, payload, now):
-            return
+        if plen:
+            self.rtt_measure_ts(seg.ts_ecr, plen + fin, now)
+            if self._no_room(seg_off, payload, now):
+                return
         if plen and c.ecn_flags:
             self.ecn_check_ce(seg.ecn, now)   # Linux tcp_event_data_recv / tcp_data_queue_ofo
         if seg_off == nxt:
@@ -216,11 +384,15 @@ class Receive:
                 if dup is not None:       # Linux tcp_data_queue_ofo: D-SACK what was held
                     self.dsack = (seg_off + dup[0], seg_off + dup[1])
                     mib["TcpExtTCPDSACKOfoSent"] += 1
+            held = self.rmem_alloc()
             if not c.ooo.add((irs + seg_off) & SEQ_MASK, payload, fin, (irs + nxt) & SEQ_MASK):
                 mib["TcpExtTCPOFODrop"] += 1
             else:
                 mib["TcpExtTCPOFOQueue"] += 1
-            self.schedule_ack(now, immediate=True)
+                if c.sack_ok:     # tcp_data_queue_ofo: not without SACK, to force the dup ACKs;
+                    # and before the segment is charged (skb_set_owner_r comes after)
+                    self.grow_window(plen, truesize(payload), held)
+            self.schedule_ack(now, ofo=True)
 
     def _no_room(self, seg_off: int, payload: memoryview, now: float) -> bool:
         """Drop (and ACK) data the buffers cannot take; True when dropped.
@@ -233,6 +405,8 @@ class Receive:
         mib = c.mib
         plen = len(payload)
         in_order = seg_off == c.rcv_nxt
+        if self.rmem_alloc() > c.rcvbuf_limit:
+            self.clamp_window()      # tcp_try_rmem_schedule -> tcp_prune_queue -> tcp_clamp_window
         if seg_off + plen > c.rcv_adv:
             mib["UsertcpBeyondWindow"] += 1
         if len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
@@ -256,12 +430,14 @@ class Receive:
         plen = len(payload)
         nxt = c.rcv_nxt
         if plen:
+            cost = truesize(payload)
             if seg is not None:     # Linux tcp_event_data_recv: measure, then grow the window
-                self.measure_rcv_mss(plen, seg.gso_size, seg.flags)
+                self.measure_rcv_mss(plen, seg.gso_size, seg.flags, cost)
             self.event_data_recv(now)
-            self.grow_window(plen)
             if not c.read_shutdown or not c.closed_by_app:
                 c.rcv_buf.append(payload, now)
+            if plen >= 128:         # the segment is charged first (tcp_queue_rcv)
+                self.grow_window(plen, cost)
             nxt += plen
             c.bytes_received += plen
         if fin:
@@ -277,14 +453,18 @@ class Receive:
             if ooo_fin:
                 fin = True
             nxt += seq_diff(new_seq, nxt_seq)
-            immediate = True       # RFC 5681 §4.2: ACK at once when a hole fills
+            # RFC 5681 §4.2, as Linux tcp_data_queue: at once when the gap is closed; while one
+            # remains, as out-of-order data (RCV.NXT moved, so that ACK goes at once too, and it
+            # counts among the duplicates SACK compression sends before it holds any).
+            immediate = c.ooo.empty
+            ofo = not immediate
         else:
-            immediate = False
+            immediate = ofo = False
         c.rcv_nxt = nxt
         if fin:
             self._fin(now, plen, immediate)
-        elif plen or immediate:
-            self.schedule_ack(now, immediate=immediate, length=plen)
+        elif plen or immediate or ofo:
+            self.schedule_ack(now, immediate=immediate, length=plen, ofo=ofo)
         if fin or plen:
             c.wake(KEY_READABLE)  # sk_data_ready() wakes the wait queue, writers too
         if c.on_readable is not None and (fin or c.rcv_buf.size):
@@ -357,15 +537,31 @@ class Receive:
         self.pingpong = False
         self.ato = self.conn.config.delack_min
 
-    def grow_window(self, plen: int) -> None:
-        """Linux tcp_grow_window: each full-sized segment opens the window by two MSS."""
+    def grow_window(self, plen: int, cost: int, held: int = -1) -> None:
+        """Linux tcp_grow_window: a segment whose overhead the buffer can carry opens
+        rcv_ssthresh (by two segments, or twice its length), up to the clamp and the free
+        space, and earns a quick ACK; under memory pressure rcv_ssthresh drops instead.
+        ``held``: the buffer memory to count (default: what is held now)."""
         c = self.conn
-        limit = min(c.rcvbuf_limit, self.window_clamp) if self.window_clamp else c.rcvbuf_limit
-        if c.rcv_ssthresh < limit and plen >= c.rcv_mss // 2:
-            c.rcv_ssthresh = min(c.rcv_ssthresh + 2 * c.rcv_mss, limit)
+        ratio = self.scaling_ratio
+        space = ((c.rcvbuf_limit - (self.rmem_alloc() if held < 0 else held)) * ratio) >> 8   # tcp_space
+        clamp = self.window_clamp
+        room = (clamp if 0 < clamp < space else space) - c.rcv_ssthresh
+        if room <= 0:
+            return
+        if c.stack.mem.pressure:
+            c.rcv_ssthresh = min(c.rcv_ssthresh, 4 * self.rcv_advmss())      # tcp_adjust_rcv_ssthresh
+            return
+        incr = grow_increment(plen, cost, ratio, c.rcv_ssthresh, c.config.rmem[2], c.rcv_mss,
+                              self.rcv_advmss())
+        if incr:
+            c.rcv_ssthresh += min(room, incr)
+            self.quickack |= 1                        # icsk_ack.quick |= 1
 
-    def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0) -> None:
-        """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start."""
+    def schedule_ack(self, now: float, *, immediate: bool = False, length: int = 0,
+                     ofo: bool = False) -> None:
+        """Delayed ACKs (RFC 9293 §3.8.6.3, RFC 5681 §4.2) with Linux's quick-ACK start;
+        ``ofo``: out-of-order data arrived, whose ACKs Linux may compress (tcp/sack_compress.py)."""
         c = self.conn
         tm = c.timers
         self.ack_pending += max(length, 1)
@@ -376,9 +572,14 @@ class Receive:
             self.quickack -= 1
             self.ack_now = True
             return
-        # Linux __tcp_ack_snd_check: more than one full frame received since the last ACK.
-        if c.rcv_nxt - c.last_ack_sent > c.rcv_mss:
+        # Linux __tcp_ack_snd_check: more than one full frame received since the last ACK, and
+        # the window's right edge would move at least as far (tcp_recvmsg ACKs otherwise),
+        # or nothing waits to be read (SO_RCVLOWAT 1).
+        if c.rcv_nxt - c.last_ack_sent > c.rcv_mss and (not c.rcv_buf.size or self.offer() >= self.rcv_wnd):
             self.ack_now = True
+            return
+        if ofo and not c.ooo.empty:
+            self._compress_sack(now)
             return
         ato = self.delack_timeout()
         if ato <= 0 or (tm.delack_deadline != INF and tm.delack_deadline <= now + ato / 4):
@@ -389,17 +590,53 @@ class Receive:
         tm.delack_deadline = min(tm.delack_deadline, now + ato)
 
 
+    def _compress_sack(self, now: float) -> None:
+        """Linux __tcp_ack_snd_check with out-of-order data queued: three duplicate ACKs at
+        once, then held back, one per timer (tcp/sack_compress.py)."""
+        c = self.conn
+        cfg = c.config
+        if not c.sack_ok or not self.comp.hold(c.rcv_nxt, cfg.comp_sack_nr):
+            self.ack_now = True
+            return
+        tm = c.timers
+        if tm.sack_deadline == INF:
+            tm.sack_deadline = now + compress_delay(self.drs.rtt_us, c.rtt.srtt, cfg.comp_sack_delay_ns)
+
+    def compressed_ack_timer(self, now: float) -> None:
+        """Linux tcp_compressed_ack_kick: one ACK for the ones held (it is not counted as
+        compressed)."""
+        comp = self.comp
+        if comp.count:
+            comp.count -= 1
+            self.conn.tx.send_ack(now)
+
+    def compressed_acks_sent(self) -> None:
+        """An ACK went out: the held ones it replaces are TcpExtTCPAckCompressed, the timer
+        stops (Linux tcp_event_ack_sent)."""
+        c = self.conn
+        c.mib["TcpExtTCPAckCompressed"] += self.comp.count
+        self.comp.count = 0
+        c.timers.sack_deadline = INF
+
     def after_read(self, now: float) -> None:
-        """Send a window update if reading opened the window a lot (Linux tcp_cleanup_rbuf)."""
+        """Linux tcp_cleanup_rbuf after a read: the ACK of every second full segment that the
+        input path left to the reader (its window would not have moved), or a window update
+        if reading opened the window a lot."""
         c = self.conn
         if c.state not in RECEIVING:
             return
-        free = min(c.rcvbuf_limit - len(c.rcv_buf) - c.ooo.bytes_queued, c.rcv_ssthresh)
-        new_wnd = min(max(free, 0) >> c.rcv_wscale, MAX_WINDOW) << c.rcv_wscale
+        self.space_adjust(now)                 # tcp_recvmsg: tcp_rcv_space_adjust, then cleanup
+        if self.ack_pending and c.rcv_nxt - c.last_ack_sent > c.rcv_mss:
+            c.tx.send_ack(now)
+            c.reschedule()
+            return
         cur = max(c.rcv_adv - c.rcv_nxt, 0)
-        clamp = min(c.rcvbuf_limit, MAX_WINDOW << c.rcv_wscale)
-        # Linux tcp_cleanup_rbuf: update when the window at least doubles and was at most half open.
-        if 2 * cur <= clamp and new_wnd >= 2 * cur and new_wnd > cur and new_wnd >= c.rcv_mss:
+        # Update when the window at least doubles and was at most half the clamp
+        # ("__tcp_select_window() is not cheap": only then is it asked).
+        if 2 * cur > self.window_clamp:
+            return
+        new = self.offer()
+        if new and new >= 2 * cur:
             c.tx.send_ack(now)
             c.reschedule()
 
@@ -432,6 +669,7 @@ class Receive:
         rec = c.recovery
         c.segs_in += 1
         self.fast_ts_recent(ts_val, now)
+        self.rtt_measure_ts(ts_ecr, len(payload), now)
         seg_off = c.rcv_nxt
         if seg_off > c.snd_wl1 or (seg_off == c.snd_wl1 and c.snd_una == c.snd_wl2):
             c.snd_wl1 = seg_off
@@ -456,6 +694,7 @@ class Receive:
         c.segs_in += 1
         self.fast_ts_recent(ts_val, now)
         c.recovery.fast_ack_advance(ack_off, ts_val, ts_ecr, now)
+        self.rtt_measure_ts(ts_ecr, len(payload), now)
         self._fast_queue(payload, now, ecn, gso_size, flags)
         if c.state is not State.CLOSED:
             c.tx.run(now)
@@ -468,12 +707,14 @@ class Receive:
         plen = len(payload)
         c.last_rcv_time = now
         c.data_segs_in += 1
-        self.measure_rcv_mss(plen, gso_size, flags)
+        cost = truesize(payload)
+        self.measure_rcv_mss(plen, gso_size, flags, cost)
         self.event_data_recv(now)
-        self.grow_window(plen)
         if c.ecn_flags:
             self.ecn_check_ce(ecn, now)
         c.rcv_buf.append(payload, now)
+        if plen >= 128:
+            self.grow_window(plen, cost)
         c.rcv_nxt += plen
         c.bytes_received += plen
         self.schedule_ack(now, length=plen)
@@ -523,7 +764,10 @@ class Receive:
                 and (c.md5_key is None or c.config.md5_fast_path) and c.accecn is None):
             hdr_len = 20 + (12 if c.ts_ok else 0) + (20 if c.md5_key is not None else 0)
             window = c.snd_wnd >> c.snd_wscale
-            c.pred_flags = (hdr_len >> 2) << 28 | ACK << 16 | window if window <= 0xFFFF else 0
+            # A window the field cannot say (the SYN-ACK's, unscaled) is never predicted: Linux
+            # tcp_rcv_synsent_state_process leaves prediction off when the peer scales.
+            exact = window <= 0xFFFF and window << c.snd_wscale == c.snd_wnd
+            c.pred_flags = (hdr_len >> 2) << 28 | ACK << 16 | window if exact else 0
         else:
             c.pred_flags = 0
 

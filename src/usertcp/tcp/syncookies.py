@@ -50,6 +50,7 @@ from usertcp.tcp.connection import Connection, State
 from usertcp.tcp.cookies import tfo_cookie
 from usertcp.tcp.handshake import ecn_syn_acceptable
 from usertcp.tcp.siphash import siphash24
+from usertcp.tcp.window import TS_OPTION_SPACE, initial_window
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import ACK, ECE, FIN, SYN, Segment
 from usertcp.wire.tcp import encode_options
@@ -235,10 +236,14 @@ def on_syn_overflow(stack: Stack, listener: Listener, seg: Segment, now: float) 
     if user_mss:
         mss = min(mss, user_mss)
     md5_key = listener.md5_keys.lookup(remote) if listener.md5_keys is not None else None
-    rcv_wscale = cfg.rcv_wscale if cfg.window_scaling else 0
+    # The window and scale of the SYN-ACK every request gets (tcp_openreq_init_rwin), from
+    # the listener's buffer: the same rule as a connection's first window (tcp/window.py).
+    window, _, rcv_wscale = initial_window(int(opts.get("rcvbuf_limit", cfg.rmem[1])),
+                                           bool(opts.get("rcvbuf_locked", False)), 0,
+                                           mss - (TS_OPTION_SPACE if ts_ok else 0),
+                                           ws_ok, cfg.rmem[2], cfg.rmem_max)
     options = encode_options(mss=mss, ts=ts, sack_permitted=sack_ok, wscale=rcv_wscale if ws_ok else -1,
                              md5=md5_key is not None)
-    window = min(max(int(opts.get("rcvbuf_limit", cfg.rmem[1])), 0), 0xFFFF)
     pkt = build_packet(src=local, dst=remote, sport=seg.dport, dport=seg.sport, seq=isn,
                        ack=(seg.seq + 1) & _M32, flags=SYN | ACK | (ECE if ecn_ok else 0),
                        window=window, options=options,

@@ -30,8 +30,8 @@ class Timers:
 
     __slots__ = ("conn", "delack_deadline", "first_rto_time", "keepalive_deadline", "probe_backoff",
                  "probe_deadline", "probes_out", "probes_tstamp", "rack_deadline", "retransmits",
-                 "pacing_deadline", "rto_deadline", "time_wait_deadline", "tlp_deadline", "tlp_high",
-                 "tx_refused")
+                 "pacing_deadline", "rto_deadline", "sack_deadline", "time_wait_deadline", "tlp_deadline",
+                 "tlp_high", "tx_refused")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -42,6 +42,7 @@ class Timers:
         self.time_wait_deadline = INF  # TIME_WAIT 2 MSL, or an orphan's FIN_WAIT_2 timeout
         self.tlp_deadline = INF        # the probe timeout (PTO)
         self.rack_deadline = INF       # the RACK reordering timer
+        self.sack_deadline = INF       # compressed SACKs (tcp/sack_compress.py; Linux's hrtimer)
         self.pacing_deadline = INF     # the next paced departure (Linux tp->pacing_timer)
         self.probes_out = 0            # zero-window or keepalive probes without answer
         self.probe_backoff = 0         # Linux icsk_backoff of the probe timer (tcp_probe0_when)
@@ -54,12 +55,13 @@ class Timers:
     def stop(self) -> None:
         """Stop the retransmission, delayed-ACK, probe and keepalive timers."""
         self.rto_deadline = self.delack_deadline = self.probe_deadline = self.keepalive_deadline = INF
+        self.sack_deadline = INF
 
     def next_deadline(self) -> float:
         """The earliest armed deadline (INF: none), asked after every event.
 
         Compared one by one rather than with ``min()``: compiled, these are unboxed floats
-        and a handful of machine comparisons, where ``min()`` boxes all eight and compares
+        and a handful of machine comparisons, where ``min()`` boxes all nine and compares
         them generically (~20x the instructions). A cached earliest deadline, updated on
         every arm and disarm as Linux's per-socket timers are, would cost as much at each
         of the many places that re-arm the RTO and the probe timers (every ACK does).
@@ -79,6 +81,8 @@ class Timers:
             d = self.time_wait_deadline
         if self.pacing_deadline < d:
             d = self.pacing_deadline
+        if self.sack_deadline < d:
+            d = self.sack_deadline
         return d
 
     def handle(self, now: float) -> None:
@@ -116,6 +120,9 @@ class Timers:
                 c.hot.delayed_acks += 1
                 c.rx.delack_fired()
                 tx.send_ack(now)
+        if c.state is not State.CLOSED and now >= self.sack_deadline:
+            self.sack_deadline = INF
+            c.rx.compressed_ack_timer(now)
         if c.state is not State.CLOSED and now >= self.probe_deadline:
             self.probe_deadline = INF
             self.on_probe(now)
