@@ -129,6 +129,14 @@ def tcp_info(conn: Connection, now: float | None = None) -> dict[str, int]:
     }
     out.update(rtt.as_info())
     out.update(accecn_info(conn.accecn, conn.recovery.delivered_ce))
+    out.update(_times_and_rates(conn, now))
+    return out
+
+
+def _times_and_rates(conn: Connection, now: float) -> dict[str, int]:
+    """The sender's chrono times, byte totals and pacing rate, and the times since data
+    last left and arrived."""
+    out: dict[str, int] = {}
     tx = conn.tx
     out.update(tx.chrono.info(now), tcpi_bytes_sent=tx.bytes_sent, tcpi_bytes_retrans=tx.bytes_retrans)
     out["tcpi_pacing_rate"] = tx.pacing_rate()
