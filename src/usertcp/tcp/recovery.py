@@ -604,9 +604,14 @@ class Recovery:
                     self.lost_bytes -= cut
                 if r.retrans:
                     self.retrans_bytes -= cut
+                # Linux tcp_tso_acked: the whole packets of a partly acked skb are delivered
+                # (tcp_clean_rtx_queue's tcp_count_delivered) and give an RTT sample.
                 mss = max(c.mss, 1)
-                if r.tx_count == 1 and (r.end - r.start - 1) // mss > (r.end - ack_off - 1) // mss:
-                    rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
+                whole = (r.end - r.start + mss - 1) // mss - (r.end - ack_off + mss - 1) // mss
+                if whole > 0:
+                    c.delivered_segs += whole
+                    if r.tx_count == 1:
+                        rtt_sample = now - r.tx_time
             r.start = ack_off
         self._rtt_samples(rtt_sample, ack_off, ts_ecr, now)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
