@@ -59,6 +59,16 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 # - mtu_probe/basic-v4@ipv6, basic-v6: their `ip route change` names a route to 192.0.2.1 (an IPv4
 #   peer) or to 2001:DB8::1 (packetdrill's built-in IPv6 peer); the runner's IPv6 peer is ksft's
 #   fd3d:fa7b:d17d::1, so the kernel would answer ENOENT, as the runner does.
+# - ts_recent/invalid_ack: expects silence for a segment whose ACK is beyond SND.NXT (tcp_ack()
+#   before Linux commit 42726ec644cb, 2026, in the 6.18 and 7.0 stable series); since then the
+#   kernel answers it with a challenge ACK (RFC 5961 §5.2), as this machine's 6.18 does and we do:
+#   line 24 sees that ACK ("ack 1, TS ecr 200": ts_recent not taken from the bad segment, which
+#   is what the script checks). The kernel's own copy of the script now expects that ACK;
+#   test_receive_kernel.py replays the script to this machine's kernel over TUN and runs it here
+#   with the kernel's answer.
+# - fastopen/client/syn-data-icmp-unreach-frag-needed*.pkt@ipv6: "icmp unreachable frag_needed"
+#   is an ICMPv4 code; packetdrill's ICMPv6 table has no such code and rejects the script (its
+#   IPv6 twin, -with-seq-ipv6, uses packet_too_big).
 # The corpus grew from 56 to 167 scripts (the whole upstream gtests/net/tcp tree plus packetdrill's
 # own tests); the entries that came with it are the open fidelity work: the transmit path (skbs and
 # TSO, MSG_EOR, MSG_ZEROCOPY, SO_TIMESTAMPING, TCP_NOTSENT_LOWAT and epoll, sendfile/splice, MTU
