@@ -11,12 +11,14 @@ import pytest
 
 from drill_snippets import passive_open
 from usertcp.drill import command
-from usertcp.drill.cmdline import KSFT_ARGS, ksft_families, parse_argv, resolve
+from usertcp.drill.cmdline import KSFT_ARGS, ksft_families, parse_argv, resolve, run_all_families
 from usertcp.drill.outcome import ScriptFail, ScriptSkip
 from usertcp.drill.parser import parse_script
 from usertcp.drill.runner import RunOptions, run_script
 
 HANDSHAKE = passive_open(mss=1460, ack_delay="+0")
+CORPUS = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "packetdrill",
+                           Path("/work/shared/packetdrill")) if p.is_dir()), None)
 
 
 def test_parse_argv_forms() -> None:
@@ -105,3 +107,27 @@ def test_cli_takes_packetdrill_options(tmp_path: Path) -> None:
     assert code == 0 and out.splitlines()[-1] == "1 passed, 0 failed, 0 skipped"
     code, out = _cli("--local_ip=192.168.0.1", "--ip_version=ipv6", str(both))
     assert code == 1 and "script error" in out
+
+
+def test_run_all_families() -> None:
+    # run_all.py's StartTests: "v6.pkt" names skip IPv4, "v4.pkt" names skip IPv6
+    assert run_all_families("basic-v4.pkt") == ["ipv4"]
+    assert run_all_families("syn-data-icmp-unreach-frag-needed-with-seq-ipv6.pkt") == ["ipv6"]
+    assert run_all_families("basic-rw.pkt") == ["ipv4", "ipv6"]
+
+
+def test_cli_runs_a_corpus_as_packetdrills_run_all(tmp_path: Path) -> None:
+    for name in ("x-v4.pkt", "y-v6.pkt", "z.pkt"):
+        (tmp_path / name).write_text(HANDSHAKE)
+    code, out = _cli("--ip-version", "run_all", str(tmp_path))
+    assert code == 0 and out.splitlines()[-1] == "4 passed, 0 failed, 0 skipped", out
+    assert "y-v6.pkt [ipv6]" in out and "y-v6.pkt [ipv4]" not in out
+    if CORPUS is None:
+        return
+    # run_all.py's -D TFO_COOKIE values (the kernel's cookies for its addresses and the
+    # defaults.sh key) are the cookies our listener computes for those addresses
+    code, out = _cli("--ip-version", "run_all", str(CORPUS / "gtests/net/tcp/fastopen/server/basic-rw.pkt"))
+    assert code == 0 and out.splitlines()[-1] == "2 passed, 0 failed, 0 skipped", out
+    # its IPv6 peer, 2001:DB8::1, is the one mtu_probe/basic-v6.pkt changes the route to
+    code, out = _cli("--ip-version", "run_all", str(CORPUS / "gtests/net/tcp/mtu_probe/basic-v6.pkt"))
+    assert code == 0 and out.splitlines()[-1] == "1 passed, 0 failed, 0 skipped", out

@@ -58,7 +58,9 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 #   this machine's 6.18 enters CWR and gives cwnd 5, as we do (tools/kernel_cc_probe.py).
 # - mtu_probe/basic-v4@ipv6, basic-v6: their `ip route change` names a route to 192.0.2.1 (an IPv4
 #   peer) or to 2001:DB8::1 (packetdrill's built-in IPv6 peer); the runner's IPv6 peer is ksft's
-#   fd3d:fa7b:d17d::1, so the kernel would answer ENOENT, as the runner does.
+#   fd3d:fa7b:d17d::1, so the kernel would answer ENOENT, as the runner does. Under packetdrill's
+#   own runner (`usertcp drill --ip-version run_all`: run_all.py's addresses, IPv6 peer
+#   2001:DB8::1, and its rule that runs basic-v4 over IPv4 only) both pass.
 # - ts_recent/invalid_ack: expects silence for a segment whose ACK is beyond SND.NXT (tcp_ack()
 #   before Linux commit 42726ec644cb, 2026, in the 6.18 and 7.0 stable series); since then the
 #   kernel answers it with a challenge ACK (RFC 5961 §5.2), as this machine's 6.18 does and we do:

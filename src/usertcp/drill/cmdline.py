@@ -20,6 +20,9 @@ with an explicit ``--ip_version`` or with each other are a script error, as pack
 :data:`KSFT_ARGS` are the per-family options of the kernel's selftest runner
 (tools/testing/selftests/net/packetdrill/ksft_runner.sh) and :func:`ksft_families` its rule
 for which families a script runs in (a name containing ``ipv4``/``ipv6`` runs in that one).
+:data:`RUN_ALL_ARGS` and :func:`run_all_families` are the same for packetdrill's own corpus
+runner (gtests/net/packetdrill/run_all.py): its addresses and ``-D`` symbols, and its rule (a
+name ending in ``v6.pkt`` runs over IPv6 only, one ending in ``v4.pkt`` over IPv4 only).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from usertcp.drill import timing
 from usertcp.drill.defaults import ADDRESS_DEFAULTS, DEFAULT_PORT, KNOWN_OPTIONS
 from usertcp.drill.outcome import ScriptFail, ScriptSkip
 
-__all__ = ["KSFT_ARGS", "Invocation", "Settings", "ksft_families", "parse_argv", "resolve"]
+__all__ = ["KSFT_ARGS", "RUN_ALL_ARGS", "Invocation", "Settings", "ksft_families", "parse_argv", "resolve",
+           "run_all_families"]
 
 # Options that only steer packetdrill's own machinery; the note says why they change nothing here.
 IGNORED_OPTIONS: dict[str, str] = {
@@ -73,6 +77,26 @@ def ksft_families(name: str) -> list[str]:
     if "ipv6" in name:
         return ["ipv6"]
     return ["ipv4", "ipv6"]
+
+
+# run_all.py (packetdrill's corpus runner): per-family arguments.  Its third variant,
+# ipv4-mapped-ipv6, is not emulated (resolve() skips it), so run_all_families() leaves it out.
+RUN_ALL_ARGS: dict[str, list[str]] = {
+    "ipv4": ["--send_omit_free", "--ip_version=ipv4", "--local_ip=192.168.0.2",
+             "--gateway_ip=192.168.0.1", "--netmask_ip=255.255.0.0", "--remote_ip=192.0.2.1",
+             "-D", "TFO_COOKIE=de4f234f0f433a55",
+             "-D", "CMSG_LEVEL_IP=SOL_IP", "-D", "CMSG_TYPE_RECVERR=IP_RECVERR"],
+    "ipv6": ["--send_omit_free", "--ip_version=ipv6", "--mtu=1520", "--local_ip=fd3d:fa7b:d17d::0",
+             "--gateway_ip=fd3d:fa7b:d17d:8888::0", "--remote_ip=2001:DB8::1",
+             "-D", "TFO_COOKIE=6aa6ae70c288023b",
+             "-D", "CMSG_LEVEL_IP=SOL_IPV6", "-D", "CMSG_TYPE_RECVERR=IPV6_RECVERR"],
+}  # fmt: skip
+
+
+def run_all_families(name: str) -> list[str]:
+    """The families run_all.py runs a script in (StartTests): IPv4 unless the name ends in
+    ``v6.pkt``, IPv6 unless it ends in ``v4.pkt``."""
+    return [ipv for ipv, other in (("ipv4", "v6.pkt"), ("ipv6", "v4.pkt")) if not name.endswith(other)]
 
 
 @dataclass
