@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="4",
         help="address family to run each script over (default 4); ksft: as the kernel's "
         "ksft_runner.sh (the families a script's name allows, that runner's addresses); "
-        "run_all: as packetdrill's run_all.py (its name rule and addresses; its "
-        "ipv4-mapped-ipv6 variant is not run)",
+        "run_all: as packetdrill's run_all.py (its name rule and addresses; ipv4, "
+        "ipv4-mapped-ipv6 and ipv6)",
     )
     parser.add_argument(
         "-D",
