@@ -63,8 +63,8 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 #   own runner (`usertcp drill --ip-version run_all`: run_all.py's addresses, IPv6 peer
 #   2001:DB8::1, and its rule that runs basic-v4 over IPv4 only) both pass.
 # - ts_recent/invalid_ack: expects silence for a segment whose ACK is beyond SND.NXT (tcp_ack()
-#   before Linux commit 42726ec644cb, 2026, in the 6.18 and 7.0 stable series); since then the
-#   kernel answers it with a challenge ACK (RFC 5961 §5.2), as this machine's 6.18 does and we do:
+#   before Linux commit 42726ec644cb, 2026, backported to the stable series); since then the
+#   kernel answers it with a challenge ACK (RFC 5961 §5.2), as this machine's 6.18.44 does and we do:
 #   line 24 sees that ACK ("ack 1, TS ecr 200": ts_recent not taken from the bad segment, which
 #   is what the script checks). The kernel's own copy of the script now expects that ACK;
 #   test_receive_kernel.py replays the script to this machine's kernel over TUN and runs it here
