@@ -4,9 +4,10 @@ them as the kernel did (whichever way that is), so a KNOWN entry that blames the
 is checked, not asserted.
 
 ts_recent/invalid_ack.pkt: a FIN whose ACK is beyond SND.NXT with a high TS val, then data.
-Before Linux commit 42726ec644cb ("tcp: send a challenge ACK on SEG.ACK > SND.NXT", 2026, in
-the 6.18 and 7.0 stable series) tcp_ack() dropped such a segment silently, as the corpus
-script expects; since then it sends a challenge ACK (RFC 5961 §5.2, RFC 9293 §3.10.7.4).
+Before Linux commit 42726ec644cb ("tcp: send a challenge ACK on SEG.ACK > SND.NXT", 2026,
+backported to the stable series; this machine's 6.18.44 has it) tcp_ack() dropped such a
+segment silently, as the corpus script expects; since then it sends a challenge ACK (RFC 5961
+§5.2, RFC 9293 §3.10.7.4).
 Either way tcp_replace_ts_recent is not reached: the TS ecr stays the old TS val.
 """
 
