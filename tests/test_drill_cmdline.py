@@ -11,12 +11,14 @@ import pytest
 
 from drill_snippets import passive_open
 from usertcp.drill import command
-from usertcp.drill.cmdline import KSFT_ARGS, ksft_families, parse_argv, resolve
-from usertcp.drill.outcome import ScriptFail, ScriptSkip
+from usertcp.drill.cmdline import KSFT_ARGS, MAPPED, ksft_families, parse_argv, resolve, run_all_families
+from usertcp.drill.outcome import ScriptFail
 from usertcp.drill.parser import parse_script
-from usertcp.drill.runner import RunOptions, run_script
+from usertcp.drill.runner import RunOptions, run_file, run_script
 
 HANDSHAKE = passive_open(mss=1460, ack_delay="+0")
+CORPUS = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "packetdrill",
+                           Path("/work/shared/packetdrill")) if p.is_dir()), None)
 
 
 def test_parse_argv_forms() -> None:
@@ -47,8 +49,11 @@ def test_address_families() -> None:
         resolve({"local_ip": "192.168.0.1", "remote_ip": "fd3d:fa7b:d17d::1"}, {}, "ipv4")
     with pytest.raises(ScriptFail, match="not an IP address"):
         resolve({"gateway_ip": "nowhere"}, {}, "ipv4")
-    with pytest.raises(ScriptSkip):
-        resolve({}, {"ip_version": "ipv4-mapped-ipv6"}, "ipv4")
+    # ipv4-mapped-ipv6: IPv4 addresses and packets (AF_INET6 sockets: st.mapped)
+    st = resolve({}, {"ip_version": MAPPED}, "ipv4")
+    assert (st.ip_version, st.mapped, st.remote_ip) == ("ipv4", True, "192.0.2.1")
+    with pytest.raises(ScriptFail, match="the run is ipv4-mapped-ipv6"):
+        resolve({"remote_ip": "2001:db8::1"}, {}, MAPPED)
     # the ksft runner's addresses override a script's pinned ones
     ksft = parse_argv(KSFT_ARGS["ipv6"])
     st = resolve({"local_ip": "192.168.0.2", "remote_ip": "10.248.0.2"}, ksft.options, "ipv6")
@@ -105,3 +110,40 @@ def test_cli_takes_packetdrill_options(tmp_path: Path) -> None:
     assert code == 0 and out.splitlines()[-1] == "1 passed, 0 failed, 0 skipped"
     code, out = _cli("--local_ip=192.168.0.1", "--ip_version=ipv6", str(both))
     assert code == 1 and "script error" in out
+
+
+def test_run_all_families() -> None:
+    # run_all.py's StartTests: "v6.pkt" names skip IPv4, "v4.pkt" names skip IPv6
+    assert run_all_families("basic-v4.pkt") == ["ipv4", MAPPED]
+    assert run_all_families("syn-data-icmp-unreach-frag-needed-with-seq-ipv6.pkt") == ["ipv6"]
+    assert run_all_families("basic-rw.pkt") == ["ipv4", MAPPED, "ipv6"]
+
+
+def test_cli_runs_a_corpus_as_packetdrills_run_all(tmp_path: Path) -> None:
+    for name in ("x-v4.pkt", "y-v6.pkt", "z.pkt"):
+        (tmp_path / name).write_text(HANDSHAKE)
+    code, out = _cli("--ip-version", "run_all", str(tmp_path))
+    assert code == 0 and out.splitlines()[-1] == "6 passed, 0 failed, 0 skipped", out
+    assert "y-v6.pkt [ipv6]" in out and "y-v6.pkt [ipv4]" not in out and f"x-v4.pkt [{MAPPED}]" in out
+    if CORPUS is None:
+        return
+    # run_all.py's -D TFO_COOKIE values (the kernel's cookies for its addresses and the
+    # defaults.sh key) are the cookies our listener computes for those addresses
+    code, out = _cli("--ip-version", "run_all", str(CORPUS / "gtests/net/tcp/fastopen/server/basic-rw.pkt"))
+    assert code == 0 and out.splitlines()[-1] == "3 passed, 0 failed, 0 skipped", out
+    # its IPv6 peer, 2001:DB8::1, is the one mtu_probe/basic-v6.pkt changes the route to
+    code, out = _cli("--ip-version", "run_all", str(CORPUS / "gtests/net/tcp/mtu_probe/basic-v6.pkt"))
+    assert code == 0 and out.splitlines()[-1] == "1 passed, 0 failed, 0 skipped", out
+
+
+@pytest.mark.skipif(CORPUS is None, reason="packetdrill corpus not found")
+def test_ipv4_mapped_sockets_are_inet6_sockets_on_an_ipv4_wire() -> None:
+    # MSG_ZEROCOPY completions on an AF_INET6 socket come as SOL_IPV6/IPV6_RECVERR control
+    # messages (ipv6_recv_error), whatever the wire: run_all.py defines CMSG_LEVEL_IP=SOL_IPV6
+    # for its ipv4-mapped-ipv6 runs, and SOL_IP there is a mismatch.
+    assert CORPUS is not None
+    script = CORPUS / "gtests/net/tcp/zerocopy/basic.pkt"
+    res = run_file(script, RunOptions(ip_version=MAPPED))
+    assert res.status == "passed" and res.ip_version == MAPPED, res.reason
+    res = run_file(script, RunOptions(ip_version=MAPPED, defines={"CMSG_LEVEL_IP": "SOL_IP"}))
+    assert res.status == "failed" and "cmsg_level" in res.reason, res.reason

@@ -20,6 +20,9 @@ with an explicit ``--ip_version`` or with each other are a script error, as pack
 :data:`KSFT_ARGS` are the per-family options of the kernel's selftest runner
 (tools/testing/selftests/net/packetdrill/ksft_runner.sh) and :func:`ksft_families` its rule
 for which families a script runs in (a name containing ``ipv4``/``ipv6`` runs in that one).
+:data:`RUN_ALL_ARGS` and :func:`run_all_families` are the same for packetdrill's own corpus
+runner (gtests/net/packetdrill/run_all.py): its addresses and ``-D`` symbols, and its rule (a
+name ending in ``v6.pkt`` runs over IPv6 only, one ending in ``v4.pkt`` over IPv4 only).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from dataclasses import dataclass, field
 
 from usertcp.drill import timing
 from usertcp.drill.defaults import ADDRESS_DEFAULTS, DEFAULT_PORT, KNOWN_OPTIONS
-from usertcp.drill.outcome import ScriptFail, ScriptSkip
+from usertcp.drill.outcome import ScriptFail
 
-__all__ = ["KSFT_ARGS", "Invocation", "Settings", "ksft_families", "parse_argv", "resolve"]
+__all__ = ["KSFT_ARGS", "MAPPED", "RUN_ALL_ARGS", "Invocation", "Settings", "ksft_families", "parse_argv",
+           "resolve", "run_all_families"]
 
 # Options that only steer packetdrill's own machinery; the note says why they change nothing here.
 IGNORED_OPTIONS: dict[str, str] = {
@@ -73,6 +77,32 @@ def ksft_families(name: str) -> list[str]:
     if "ipv6" in name:
         return ["ipv6"]
     return ["ipv4", "ipv6"]
+
+
+MAPPED = "ipv4-mapped-ipv6"
+
+# run_all.py (packetdrill's corpus runner): per-family arguments.
+RUN_ALL_ARGS: dict[str, list[str]] = {
+    "ipv4": ["--send_omit_free", "--ip_version=ipv4", "--local_ip=192.168.0.2",
+             "--gateway_ip=192.168.0.1", "--netmask_ip=255.255.0.0", "--remote_ip=192.0.2.1",
+             "-D", "TFO_COOKIE=de4f234f0f433a55",
+             "-D", "CMSG_LEVEL_IP=SOL_IP", "-D", "CMSG_TYPE_RECVERR=IP_RECVERR"],
+    "ipv6": ["--send_omit_free", "--ip_version=ipv6", "--mtu=1520", "--local_ip=fd3d:fa7b:d17d::0",
+             "--gateway_ip=fd3d:fa7b:d17d:8888::0", "--remote_ip=2001:DB8::1",
+             "-D", "TFO_COOKIE=6aa6ae70c288023b",
+             "-D", "CMSG_LEVEL_IP=SOL_IPV6", "-D", "CMSG_TYPE_RECVERR=IPV6_RECVERR"],
+    MAPPED: ["--send_omit_free", "--ip_version=ipv4-mapped-ipv6", "--local_ip=192.168.0.2",
+             "--gateway_ip=192.168.0.1", "--netmask_ip=255.255.0.0", "--remote_ip=192.0.2.1",
+             "-D", "TFO_COOKIE=de4f234f0f433a55",
+             "-D", "CMSG_LEVEL_IP=SOL_IPV6", "-D", "CMSG_TYPE_RECVERR=IPV6_RECVERR"],
+}  # fmt: skip
+
+
+def run_all_families(name: str) -> list[str]:
+    """The families run_all.py runs a script in (StartTests): IPv4 and IPv4-mapped IPv6 unless
+    the name ends in ``v6.pkt``, IPv6 unless it ends in ``v4.pkt``."""
+    v4 = [] if name.endswith("v6.pkt") else ["ipv4", MAPPED]
+    return v4 + ([] if name.endswith("v4.pkt") else ["ipv6"])
 
 
 @dataclass
@@ -146,6 +176,7 @@ class Settings:
     mtu: int | None = None
     mss: int = 0          # --mss: inbound packets above it arrive as GRO packets of this gso_size
     dry_run: bool = False
+    mapped: bool = False  # --ip_version=ipv4-mapped-ipv6: AF_INET6 sockets, IPv4 on the wire
     notes: list[str] = field(default_factory=list)
 
 
@@ -179,9 +210,11 @@ def _family(opts: dict[str, str], name: str) -> int | None:
 
 
 def _choose_family(opts: dict[str, str], wanted: str, explicit: bool) -> tuple[str, str | None]:
-    """(ip version, note): the caller's family, or the one the script's addresses pin."""
-    if wanted == "ipv4-mapped-ipv6":
-        raise ScriptSkip(None, "--ip_version=ipv4-mapped-ipv6 not emulated (IPv4 over an AF_INET6 socket)")
+    """(ip version, note): the caller's family, or the one the script's addresses pin.
+    ipv4-mapped-ipv6 takes IPv4 addresses only."""
+    label = wanted
+    if wanted == MAPPED:
+        wanted, explicit = "ipv4", True
     if wanted not in ADDRESS_DEFAULTS:
         raise ScriptFail(None, f"script error: bad --ip_version={wanted}")
     pinned = {_family(opts, "local_ip"), _family(opts, "remote_ip")} - {None}
@@ -190,7 +223,7 @@ def _choose_family(opts: dict[str, str], wanted: str, explicit: bool) -> tuple[s
     if not pinned or pinned == {4 if wanted == "ipv4" else 6}:
         return wanted, None
     if explicit:
-        raise ScriptFail(None, f"script error: the addresses are IPv{pinned.pop()}, the run is {wanted} "
+        raise ScriptFail(None, f"script error: the addresses are IPv{pinned.pop()}, the run is {label} "
                          "(packetdrill: bad address)")  # fmt: skip
     family = "ipv4" if pinned == {4} else "ipv6"
     return family, f"ran over {family}: the script pins its addresses"
@@ -201,10 +234,14 @@ def resolve(script_opts: dict[str, str], cmdline: dict[str, str], ip_version: st
     """Merge script and command-line options (the command line wins) into run settings."""
     opts = {**script_opts, **cmdline}
     explicit = "ip_version" in cmdline
-    family, note = _choose_family(opts, opts.get("ip_version", ip_version), explicit)
+    wanted = opts.get("ip_version", ip_version)
+    # ipv4-mapped-ipv6 (packetdrill's third family): IPv4 addresses and packets, AF_INET6
+    # sockets; Linux runs such a socket with the IPv4 af_ops (tcp_v6_connect: ipv6_mapped).
+    mapped = wanted == MAPPED
+    family, note = _choose_family(opts, wanted, explicit)
     addr = ADDRESS_DEFAULTS[family]
     local, remote = opts.get("local_ip", addr.local_ip), opts.get("remote_ip", addr.remote_ip)
-    st = Settings(family, local.strip(), remote.strip())
+    st = Settings(family, local.strip(), remote.strip(), mapped=mapped)
     for name in ("gateway_ip", "netmask_ip"):
         _family(opts, name)          # checked like packetdrill does; no routing is modelled
     st.bind_port = _int(opts, "bind_port", DEFAULT_PORT, 0, 65535)

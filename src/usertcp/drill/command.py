@@ -4,7 +4,8 @@ The CLI owner wires it: ``add_arguments(subparser)`` then ``main(args)`` (exit s
 Besides its own options it takes packetdrill's (``--local_ip=...``, ``--mss 1000``,
 ``--tolerance_usecs=...``, ``-D NAME=VALUE``...), which win over a script's own, so a
 packetdrill command line works unchanged; ``--ip-version ksft`` runs each script the way the
-kernel's ksft_runner.sh does (the families its name allows, with that runner's addresses).
+kernel's ksft_runner.sh does (the families its name allows, with that runner's addresses), and
+``--ip-version run_all`` the way packetdrill's own run_all.py runs the upstream corpus.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from usertcp.drill.cmdline import KSFT_ARGS, ksft_families, parse_argv
+from usertcp.drill.cmdline import KSFT_ARGS, RUN_ALL_ARGS, ksft_families, parse_argv, run_all_families
 from usertcp.drill.defaults import KNOWN_OPTIONS
 from usertcp.drill.runner import RunOptions, ScriptResult, iter_scripts, run_file
 from usertcp.obs.progress import progress
@@ -31,10 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", "-v", action="store_true", help="print details of passing scripts too")
     parser.add_argument(
         "--ip-version",
-        choices=("4", "6", "both", "ksft"),
+        choices=("4", "6", "both", "ksft", "run_all"),
         default="4",
         help="address family to run each script over (default 4); ksft: as the kernel's "
-        "ksft_runner.sh (the families a script's name allows, that runner's addresses)",
+        "ksft_runner.sh (the families a script's name allows, that runner's addresses); "
+        "run_all: as packetdrill's run_all.py (its name rule and addresses; ipv4, "
+        "ipv4-mapped-ipv6 and ipv6)",
     )
     parser.add_argument(
         "-D",
@@ -81,11 +84,13 @@ def _packetdrill_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _run_options(args: argparse.Namespace, path: Path, ipv: str) -> RunOptions:
-    """One run's options: ksft's per-family command line first, then the user's (they win)."""
+    """One run's options: the runner's (ksft, run_all) per-family command line first, then the
+    user's (they win)."""
     options = _packetdrill_options(args)
     defines = _defines(args.defines)
-    if args.ip_version == "ksft":
-        inv = parse_argv(KSFT_ARGS[ipv])
+    runner_args = {"ksft": KSFT_ARGS, "run_all": RUN_ALL_ARGS}.get(args.ip_version)
+    if runner_args is not None:
+        inv = parse_argv(runner_args[ipv])
         options = {**inv.options, **options}
         defines = {**inv.defines, **defines}
     return RunOptions(ip_version=ipv, defines=defines, tolerance_usecs=args.tolerance_usecs,
@@ -95,6 +100,8 @@ def _run_options(args: argparse.Namespace, path: Path, ipv: str) -> RunOptions:
 def _families(args: argparse.Namespace, path: Path) -> list[str]:
     if args.ip_version == "ksft":
         return ksft_families(path.name)
+    if args.ip_version == "run_all":
+        return run_all_families(path.name)
     pinned = _packetdrill_options(args).get("ip_version")
     if pinned is not None:
         return [pinned]

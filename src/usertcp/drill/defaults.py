@@ -66,6 +66,13 @@ DEFAULT_DEFINES: dict[str, dict[str, str]] = {
         "CMSG_LEVEL_IP": "SOL_IPV6",
         "CMSG_TYPE_RECVERR": "IPV6_RECVERR",
     },
+    # IPv4 addresses (the cookies of IPv4), an AF_INET6 socket's control messages
+    "ipv4-mapped-ipv6": {
+        "TFO_COOKIE": "3021b9d889017eeb",
+        "TFO_COOKIE_ZERO": "b7c12350a90dc8f5",
+        "CMSG_LEVEL_IP": "SOL_IPV6",
+        "CMSG_TYPE_RECVERR": "IPV6_RECVERR",
+    },
 }
 
 # --------------------------------------------------------------------------- script options

@@ -38,7 +38,7 @@ class LifecycleCalls:
 
     def sys_socket(self, args: list[Expr]) -> SyscallGen:
         sys = self.sys
-        v6 = ":" in sys.host.local_ip
+        v6 = ":" in sys.host.local_ip or sys.host.mapped
         family = S["AF_INET6"] if v6 else S["AF_INET"]
         if not ellipsis(args[0]):
             family = value(args[0])

@@ -49,7 +49,7 @@ from typing import Any
 
 from usertcp.drill import timing
 from usertcp.drill.ast import CodeEvent, CommandEvent, EllipsisExpr, Event, PacketEvent, Script, SyscallEvent
-from usertcp.drill.cmdline import Settings, resolve
+from usertcp.drill.cmdline import MAPPED, Settings, resolve
 from usertcp.drill.defaults import (
     CODE_CONSTANTS,
     DEFAULT_DEFINES,
@@ -108,6 +108,7 @@ class _Runner:
         self.ip_version = settings.ip_version
         self.local_ip = settings.local_ip
         self.remote_ip = settings.remote_ip
+        self.mapped = settings.mapped
         self.bind_port = settings.bind_port
         self.connect_port = settings.connect_port
         self.tol_us = settings.tol_us
@@ -535,7 +536,7 @@ def run_script(script: Script, opts: RunOptions | None = None) -> ScriptResult:
     except ScriptFail as exc:
         res.status, res.reason = "failed", exc.reason
         return res
-    res.ip_version = settings.ip_version
+    res.ip_version = MAPPED if settings.mapped else settings.ip_version
     notes = "; ".join(settings.notes)
     if settings.dry_run:
         res.reason = "--dry_run: parsed, not run" + (f"; {notes}" if notes else "")

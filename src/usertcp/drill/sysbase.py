@@ -46,6 +46,7 @@ class Host(Protocol):
 
     local_ip: str
     remote_ip: str
+    mapped: bool       # --ip_version=ipv4-mapped-ipv6: sockets are AF_INET6, the wire IPv4
     bind_port: int
     connect_port: int
     md5_key: bytes | None
