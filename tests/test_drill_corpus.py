@@ -213,7 +213,7 @@ def test_corpus_matches_known_table(results: dict[tuple[str, str], ScriptResult]
     assert not regressions, "\n\n".join(regressions)
 
 
-def test_ipv4_pinned_scripts_are_script_errors_over_ipv6(results: dict[tuple[str, str], ScriptResult]) -> None:
+def test_ipv4_pinned_scripts_fail_over_ipv6(results: dict[tuple[str, str], ScriptResult]) -> None:
     # A script that pins IPv4 addresses (--local_ip/--remote_ip in its header: the Fast Open
     # server scripts, whose cookies are those of their IPv4 addresses) has no IPv6 run:
     # packetdrill given --ip_version=ipv6 rejects it (bad address), and so does the runner.
