@@ -417,8 +417,9 @@ class Receive:
         elif not c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
                                           c.config.rmem[0]) and not prune_queue(c, payload, seg_off):
             # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
-            # ACK restates what we have, and the peer retransmits when memory frees.
-            mib["TcpExtTCPRcvQDrop"] += 1
+            # ACK restates what we have, and the peer retransmits when memory frees. Counted
+            # as tcp_data_queue (in order) or tcp_data_queue_ofo count a failed schedule.
+            mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
         else:
             return False
         self.schedule_ack(now, immediate=True)
