@@ -33,7 +33,9 @@ def test_probing_finds_the_mtu_of_an_icmp_black_hole(addresses: tuple[str, str])
     pair = make_pair(LinkConfig(delay=0.005, mtu=1300, mtu_icmp=False), cfg_a=_probing(),
                      addresses=addresses)
     client, server = pair.open()
-    data = bytes(range(256)) * 2048
+    # 2 MB: enough data queued behind each probe for the search to end (tcp_mtu_probe sends
+    # one only with size_needed bytes to send and the peer's window open for them).
+    data = bytes(range(256)) * 8192
     got = transfer(pair, client, server, data)
     assert sha(got) == sha(data)
     fits = 1300 - (60 if v6 else 40) - TS
