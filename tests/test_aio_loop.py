@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import signal
 import socket
 import ssl
 import sys
@@ -348,6 +350,29 @@ def test_runner_loop_factory_policy_and_subprocess() -> None:
         loop.close()
     finally:
         asyncio.set_event_loop_policy(old)
+
+
+def test_signals_and_timers_from_the_standard_loop() -> None:
+    """add_signal_handler is the standard loop's (its self-pipe wakes a virtual-time select too)."""
+    net, _a, _b = world()
+
+    async def main() -> tuple[str, float, list[float]]:
+        loop = asyncio.get_running_loop()
+        got: asyncio.Future[str] = loop.create_future()
+        loop.add_signal_handler(signal.SIGUSR1, got.set_result, "usr1")
+        fired: list[float] = []
+        t0 = loop.time()
+        loop.call_later(2.5, lambda: fired.append(loop.time() - t0))
+        loop.call_later(5, os.kill, os.getpid(), signal.SIGUSR1)
+        try:
+            result = await asyncio.wait_for(got, 30)
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+        return result, loop.time() - t0, fired
+
+    result, elapsed, fired = aio.run(main(), net)
+    assert result == "usr1"
+    assert elapsed == pytest.approx(5.0) and fired == [pytest.approx(2.5)]
 
 
 def test_kernel_socket_stands_in_and_bad_sockets_are_refused() -> None:
