@@ -260,6 +260,70 @@ def test_sock_calls_and_connect_accepted_socket(tmp_path: Path) -> None:
     aio.run(main(), net)
 
 
+def test_fast_open_through_sock_connect_and_sock() -> None:
+    """TCP_FASTOPEN_CONNECT on a loop socket, as on a kernel socket under asyncio: sock_connect
+    returns at once once a cookie is cached, and the transport's first write rides in the SYN."""
+    net = Network(seed=7)
+    cfg = StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16)
+    a = Stack([A], cfg, name="client")
+    b = Stack([B], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16, fastopen=0x3), name="server")
+    net.connect(net.add_host(a, [A], "client"), net.add_host(b, [B], "server"), LinkConfig(delay=0.005))
+    syns: list[int] = []        # payload bytes of each SYN the client sent
+    net.add_tap(lambda data, _now, _d: syns.append(len(data) - 20 - (data[32] >> 4) * 4)
+                if data[12:16] == bytes(map(int, A.split("."))) and data[33] & 0x12 == 0x02 else None)
+
+    async def main() -> list[tuple[float, bytes]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, aio.UsertcpEventLoop)
+        lsock = loop.socket(stack=b)
+        lsock.bind((B, 80))
+        lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
+        lsock.listen(8)
+        server = await asyncio.start_server(echo, sock=lsock)
+        out = []
+        for i in range(2):
+            csock = loop.socket(stack=a)
+            csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+            t0 = loop.time()
+            await loop.sock_connect(csock, (B, 80))
+            waited = loop.time() - t0
+            reader, writer = await asyncio.open_connection(sock=csock)
+            writer.write(b"request %d" % i)
+            writer.write_eof()
+            out.append((waited, await reader.read()))
+            writer.close()
+        server.close()
+        # close() once the first write left in the SYN: the FIN waits for the handshake.
+        got: asyncio.Future[bytes] = loop.create_future()
+
+        async def sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            got.set_result(await reader.read())
+            writer.close()
+
+        lsock2 = loop.socket(stack=b)
+        lsock2.bind((B, 81))
+        lsock2.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
+        lsock2.listen(8)
+        server2 = await asyncio.start_server(sink, sock=lsock2)
+        csock = loop.socket(stack=a)
+        csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+        await loop.sock_connect(csock, (B, 81))
+        _reader, writer = await asyncio.open_connection(sock=csock)
+        writer.write(b"last words")
+        await asyncio.sleep(0)               # the write went out (in the SYN); the handshake is on
+        assert writer.transport.get_write_buffer_size() == 0
+        writer.close()
+        out.append((0.0, await asyncio.wait_for(got, 10)))
+        server2.close()
+        return out
+
+    (first_wait, first), (second_wait, second), (_, last) = aio.run(main(), net)
+    assert first == b"request 0" and second == b"request 1" and last == b"last words"
+    assert first_wait == pytest.approx(0.01) and second_wait == 0      # no cookie yet, then deferred
+    assert syns == [0, len(b"request 1"), len(b"last words")]           # later SYNs carried the data
+    assert a.counters.get("TcpExtTCPFastOpenActive") == 2 and b.counters.get("TcpExtTCPFastOpenPassive") == 2
+
+
 def test_transport_options_and_buffered_protocol() -> None:
     net, _a, _b = world()
 
