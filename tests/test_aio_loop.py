@@ -272,7 +272,7 @@ def test_fast_open_through_sock_connect_and_sock() -> None:
     net.add_tap(lambda data, _now, _d: syns.append(len(data) - 20 - (data[32] >> 4) * 4)
                 if data[12:16] == bytes(map(int, A.split("."))) and data[33] & 0x12 == 0x02 else None)
 
-    async def main() -> list[tuple[float, bytes]]:
+    async def main() -> list[tuple[float, float, bytes]]:
         loop = asyncio.get_running_loop()
         assert isinstance(loop, aio.UsertcpEventLoop)
         lsock = loop.socket(stack=b)
@@ -290,7 +290,9 @@ def test_fast_open_through_sock_connect_and_sock() -> None:
             reader, writer = await asyncio.open_connection(sock=csock)
             writer.write(b"request %d" % i)
             writer.write_eof()
-            out.append((waited, await reader.read()))
+            first = await reader.read(1)
+            replied = loop.time() - t0
+            out.append((waited, replied, first + await reader.read()))
             writer.close()
         server.close()
         # close() once the first write left in the SYN: the FIN waits for the handshake.
@@ -313,13 +315,17 @@ def test_fast_open_through_sock_connect_and_sock() -> None:
         await asyncio.sleep(0)               # the write went out (in the SYN); the handshake is on
         assert writer.transport.get_write_buffer_size() == 0
         writer.close()
-        out.append((0.0, await asyncio.wait_for(got, 10)))
+        out.append((0.0, 0.0, await asyncio.wait_for(got, 10)))
         server2.close()
         return out
 
-    (first_wait, first), (second_wait, second), (_, last) = aio.run(main(), net)
+    runs = aio.run(main(), net)
+    (first_wait, first_reply, first), (second_wait, second_reply, second), (_, _, last) = runs
     assert first == b"request 0" and second == b"request 1" and last == b"last words"
     assert first_wait == pytest.approx(0.01) and second_wait == 0      # no cookie yet, then deferred
+    # The reply: two round trips without Fast Open; one with it (the server's transport sends
+    # in SYN-RECEIVED, before the 3rd ACK, as Linux lets a Fast Open child do).
+    assert first_reply == pytest.approx(0.02) and second_reply == pytest.approx(0.01)
     assert syns == [0, len(b"request 1"), len(b"last words")]           # later SYNs carried the data
     assert a.counters.get("TcpExtTCPFastOpenActive") == 2 and b.counters.get("TcpExtTCPFastOpenPassive") == 2
 

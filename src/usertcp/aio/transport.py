@@ -384,6 +384,10 @@ class UsertcpTransport(asyncio.Transport):
         except OSError as e:
             self._fatal(e)
             return
+        if conn.state is State.SYN_RECEIVED:
+            # A Fast Open child may send before the 3rd ACK (Linux tcp_sendmsg_locked lets a
+            # passive fastopen socket write in SYN-RECV), as the socket API's send does.
+            conn.output(now)
         self._driver.kick_soon()
         if not buf:
             if conn.state is State.SYN_SENT or conn.state is State.SYN_RECEIVED:
