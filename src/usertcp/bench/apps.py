@@ -39,6 +39,7 @@ import os
 import pstats
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -391,7 +392,7 @@ def _http_runs(client_ns: str, server_ns: str, seconds: float, connections: int,
         rates = sorted(r["rps"] for r in results)
         requests = sum(r["requests"] for r in results)
         cpu = sum(r["server_cpu_s"] for r in results)
-        out[key] = {"rps_median": rates[len(rates) // 2], "rps": [r["rps"] for r in results],
+        out[key] = {"rps_median": statistics.median(rates), "rps": [r["rps"] for r in results],
                     "requests": requests, "errors": sum(r["errors"] + r.get("non_2xx", 0) for r in results),
                     "server_cpu_ms_per_request": round(1000 * cpu / requests, 4) if requests else None,
                     "server_cpu_busy": round(cpu / (seconds * len(results)), 3)}
@@ -438,8 +439,8 @@ def _setup_runs(client_ns: str, seconds: float, concurrency: int, rounds: int) -
         rates = sorted(r["per_s"] for r in results)
         banners = sorted(r["banner_ms_p50"] for r in results if r["banner_ms_p50"] is not None)
         done = sum(r["connections"] for r in results)
-        out[key] = {"per_s_median": rates[len(rates) // 2], "per_s": [r["per_s"] for r in results],
-                    "banner_ms_p50_median": banners[len(banners) // 2] if banners else None,
+        out[key] = {"per_s_median": statistics.median(rates), "per_s": [r["per_s"] for r in results],
+                    "banner_ms_p50_median": round(statistics.median(banners), 3) if banners else None,
                     "errors": sum(r["errors"] for r in results),
                     "server_cpu_ms_per_connection":
                         round(1000 * sum(r["server_cpu_s"] for r in results) / done, 4) if done else None}
