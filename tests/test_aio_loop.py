@@ -330,6 +330,45 @@ def test_fast_open_through_sock_connect_and_sock() -> None:
     assert a.counters.get("TcpExtTCPFastOpenActive") == 2 and b.counters.get("TcpExtTCPFastOpenPassive") == 2
 
 
+def test_tls_over_fast_open_puts_the_client_hello_in_the_syn(pki: Pki) -> None:
+    """ssl= on a deferred Fast Open socket: the ClientHello rides in the SYN, so TLS 1.3 is up
+    one round trip after connect() instead of two."""
+    net = Network(seed=7)
+    a = Stack([A], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16), name="client")
+    b = Stack([B], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16, fastopen=0x3), name="server")
+    net.connect(net.add_host(a, [A], "client"), net.add_host(b, [B], "server"), LinkConfig(delay=0.005))
+
+    async def main() -> list[tuple[float, bytes, str | None]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, aio.UsertcpEventLoop)
+        lsock = loop.socket(stack=b)
+        lsock.bind((B, 443))
+        lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
+        lsock.listen(8)
+        server = await asyncio.start_server(echo, sock=lsock, ssl=pki.server_context())
+        out = []
+        for i in range(2):                # the first connection fetches the cookie
+            csock = loop.socket(stack=a)
+            csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+            t0 = loop.time()
+            await loop.sock_connect(csock, (B, 443))
+            reader, writer = await asyncio.open_connection(sock=csock, ssl=pki.client_context(),
+                                                           server_hostname="server.test")
+            up = loop.time() - t0
+            writer.write(b"over tls %d" % i)
+            got = await reader.readexactly(10)
+            obj = writer.get_extra_info("ssl_object")
+            out.append((up, got, obj.version() if obj is not None else None))
+            writer.close()
+        server.close()
+        return out
+
+    (first_up, first, v1), (second_up, second, v2) = aio.run(main(), net)
+    assert (first, second, v1, v2) == (b"over tls 0", b"over tls 1", "TLSv1.3", "TLSv1.3")
+    assert first_up == pytest.approx(0.02) and second_up == pytest.approx(0.01)
+    assert a.counters.get("TcpExtTCPFastOpenActive") == 1
+
+
 def test_transport_options_and_buffered_protocol() -> None:
     net, _a, _b = world()
 
