@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import signal
 import socket
 import ssl
 import sys
@@ -258,6 +260,115 @@ def test_sock_calls_and_connect_accepted_socket(tmp_path: Path) -> None:
     aio.run(main(), net)
 
 
+def test_fast_open_through_sock_connect_and_sock() -> None:
+    """TCP_FASTOPEN_CONNECT on a loop socket, as on a kernel socket under asyncio: sock_connect
+    returns at once once a cookie is cached, and the transport's first write rides in the SYN."""
+    net = Network(seed=7)
+    cfg = StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16)
+    a = Stack([A], cfg, name="client")
+    b = Stack([B], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16, fastopen=0x3), name="server")
+    net.connect(net.add_host(a, [A], "client"), net.add_host(b, [B], "server"), LinkConfig(delay=0.005))
+    syns: list[int] = []        # payload bytes of each SYN the client sent
+    net.add_tap(lambda data, _now, _d: syns.append(len(data) - 20 - (data[32] >> 4) * 4)
+                if data[12:16] == bytes(map(int, A.split("."))) and data[33] & 0x12 == 0x02 else None)
+
+    async def main() -> list[tuple[float, float, bytes]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, aio.UsertcpEventLoop)
+        lsock = loop.socket(stack=b)
+        lsock.bind((B, 80))
+        lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
+        lsock.listen(8)
+        server = await asyncio.start_server(echo, sock=lsock)
+        out = []
+        for i in range(2):
+            csock = loop.socket(stack=a)
+            csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+            t0 = loop.time()
+            await loop.sock_connect(csock, (B, 80))
+            waited = loop.time() - t0
+            reader, writer = await asyncio.open_connection(sock=csock)
+            writer.write(b"request %d" % i)
+            writer.write_eof()
+            first = await reader.read(1)
+            replied = loop.time() - t0
+            out.append((waited, replied, first + await reader.read()))
+            writer.close()
+        server.close()
+        # close() once the first write left in the SYN: the FIN waits for the handshake.
+        got: asyncio.Future[bytes] = loop.create_future()
+
+        async def sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            got.set_result(await reader.read())
+            writer.close()
+
+        lsock2 = loop.socket(stack=b)
+        lsock2.bind((B, 81))
+        lsock2.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
+        lsock2.listen(8)
+        server2 = await asyncio.start_server(sink, sock=lsock2)
+        csock = loop.socket(stack=a)
+        csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+        await loop.sock_connect(csock, (B, 81))
+        _reader, writer = await asyncio.open_connection(sock=csock)
+        writer.write(b"last words")
+        await asyncio.sleep(0)               # the write went out (in the SYN); the handshake is on
+        assert writer.transport.get_write_buffer_size() == 0
+        writer.close()
+        out.append((0.0, 0.0, await asyncio.wait_for(got, 10)))
+        server2.close()
+        return out
+
+    runs = aio.run(main(), net)
+    (first_wait, first_reply, first), (second_wait, second_reply, second), (_, _, last) = runs
+    assert first == b"request 0" and second == b"request 1" and last == b"last words"
+    assert first_wait == pytest.approx(0.01) and second_wait == 0      # no cookie yet, then deferred
+    # The reply: two round trips without Fast Open; one with it (the server's transport sends
+    # in SYN-RECEIVED, before the 3rd ACK, as Linux lets a Fast Open child do).
+    assert first_reply == pytest.approx(0.02) and second_reply == pytest.approx(0.01)
+    assert syns == [0, len(b"request 1"), len(b"last words")]           # later SYNs carried the data
+    assert a.counters.get("TcpExtTCPFastOpenActive") == 2 and b.counters.get("TcpExtTCPFastOpenPassive") == 2
+
+
+def test_tls_over_fast_open_puts_the_client_hello_in_the_syn(pki: Pki) -> None:
+    """ssl= on a deferred Fast Open socket: the ClientHello rides in the SYN, so TLS 1.3 is up
+    one round trip after connect() instead of two."""
+    net = Network(seed=7)
+    a = Stack([A], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16), name="client")
+    b = Stack([B], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16, fastopen=0x3), name="server")
+    net.connect(net.add_host(a, [A], "client"), net.add_host(b, [B], "server"), LinkConfig(delay=0.005))
+
+    async def main() -> list[tuple[float, bytes, str | None]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, aio.UsertcpEventLoop)
+        lsock = loop.socket(stack=b)
+        lsock.bind((B, 443))
+        lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
+        lsock.listen(8)
+        server = await asyncio.start_server(echo, sock=lsock, ssl=pki.server_context())
+        out = []
+        for i in range(2):                # the first connection fetches the cookie
+            csock = loop.socket(stack=a)
+            csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+            t0 = loop.time()
+            await loop.sock_connect(csock, (B, 443))
+            reader, writer = await asyncio.open_connection(sock=csock, ssl=pki.client_context(),
+                                                           server_hostname="server.test")
+            up = loop.time() - t0
+            writer.write(b"over tls %d" % i)
+            got = await reader.readexactly(10)
+            obj = writer.get_extra_info("ssl_object")
+            out.append((up, got, obj.version() if obj is not None else None))
+            writer.close()
+        server.close()
+        return out
+
+    (first_up, first, v1), (second_up, second, v2) = aio.run(main(), net)
+    assert (first, second, v1, v2) == (b"over tls 0", b"over tls 1", "TLSv1.3", "TLSv1.3")
+    assert first_up == pytest.approx(0.02) and second_up == pytest.approx(0.01)
+    assert a.counters.get("TcpExtTCPFastOpenActive") == 1
+
+
 def test_transport_options_and_buffered_protocol() -> None:
     net, _a, _b = world()
 
@@ -348,6 +459,29 @@ def test_runner_loop_factory_policy_and_subprocess() -> None:
         loop.close()
     finally:
         asyncio.set_event_loop_policy(old)
+
+
+def test_signals_and_timers_from_the_standard_loop() -> None:
+    """add_signal_handler is the standard loop's (its self-pipe wakes a virtual-time select too)."""
+    net, _a, _b = world()
+
+    async def main() -> tuple[str, float, list[float]]:
+        loop = asyncio.get_running_loop()
+        got: asyncio.Future[str] = loop.create_future()
+        loop.add_signal_handler(signal.SIGUSR1, got.set_result, "usr1")
+        fired: list[float] = []
+        t0 = loop.time()
+        loop.call_later(2.5, lambda: fired.append(loop.time() - t0))
+        loop.call_later(5, os.kill, os.getpid(), signal.SIGUSR1)
+        try:
+            result = await asyncio.wait_for(got, 30)
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+        return result, loop.time() - t0, fired
+
+    result, elapsed, fired = aio.run(main(), net)
+    assert result == "usr1"
+    assert elapsed == pytest.approx(5.0) and fired == [pytest.approx(2.5)]
 
 
 def test_kernel_socket_stands_in_and_bad_sockets_are_refused() -> None:

@@ -1,9 +1,9 @@
 """Real servers on UsertcpEventLoop over TUN, against the kernel's curl, openssl s_client and smtplib.
 
-uvicorn (plain and TLS) and aiosmtpd (greeting preloaded on the listening socket, STARTTLS)
-run on a usertcp stack bound to a TUN device inside a namespace made for the test; the
-clients are the kernel's own programs, run in that namespace by the loop's subprocess
-support (real time: ``loop.time()`` is the monotonic clock on TUN).
+uvicorn (plain and TLS), aiohttp's server (TLS, an upload) and aiosmtpd (greeting preloaded on
+the listening socket, STARTTLS) run on a usertcp stack bound to a TUN device inside a namespace
+made for the test; the clients are the kernel's own programs, run in that namespace by the
+loop's subprocess support (real time: ``loop.time()`` is the monotonic clock on TUN).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from aiohttp import web
 from aiosmtpd.handlers import Sink
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
@@ -96,6 +97,57 @@ def test_uvicorn_over_tun_with_kernel_curl(ns: str, pki: Pki) -> None:
     assert rc2 == 0, err2
     assert out2 == '{"path": "/json", "method": "GET"}'
     assert "TLSv1.3" in err2 and "subjectAltName" in err2
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed (make system-deps)")
+def test_aiohttp_server_over_tun_with_kernel_curl_and_s_client(ns: str, pki: Pki, tmp_path: Path) -> None:
+    """aiohttp's web server (TLS 1.3) over TUN: curl uploads 2 MB and gets its digest back over
+    one kept-alive connection; openssl s_client speaks HTTP inside TLS by hand."""
+    stack, dev = tun_stack(ns)
+    upload = tmp_path / "upload.bin"
+    upload.write_bytes(bytes(range(256)) * 8192)
+
+    async def digest(request: web.Request) -> web.Response:
+        import hashlib
+
+        body = await request.read()
+        return web.Response(text=f"{len(body)} {hashlib.sha256(body).hexdigest()}\n")
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text=f"hello {request.match_info['name']}\n")
+
+    async def main() -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+        app = web.Application(client_max_size=4 << 20)
+        app.router.add_post("/digest", digest)
+        app.router.add_get("/hello/{name}", hello)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, US, 8443, ssl_context=pki.server_context()).start()
+        url = "https://server.test:8443"
+        common = ("-sS", "--max-time", "20", "--tlsv1.3", "--cacert", str(pki.ca_file), "--resolve",
+                  f"server.test:8443:{US}", "-w", "%{num_connects}\n")
+        # --next: a POST then a GET, the options given again (--next resets them), one connection.
+        got_curl = await run_in_ns(ns, "curl", *common, "--data-binary", f"@{upload}", f"{url}/digest",
+                                   "--next", *common, f"{url}/hello/kernel", timeout=30)
+        got_s_client = await run_in_ns(
+            ns, "openssl", "s_client", "-connect", f"{US}:8443", "-servername", "server.test", "-CAfile",
+            str(pki.ca_file), "-verify_return_error", "-tls1_3", "-quiet", "-crlf",
+            stdin=b"GET /hello/s_client HTTP/1.1\nHost: server.test\nConnection: close\n\n")
+        await runner.cleanup()
+        return got_curl, got_s_client
+
+    try:
+        (rc, out, err), (rc2, out2, err2) = aio.run(main(), stack=stack, device=dev)
+    finally:
+        dev.close()
+    import hashlib
+
+    want = hashlib.sha256(upload.read_bytes()).hexdigest()
+    assert rc == 0, err
+    # The GET reused the POST's connection (it made 0 connects).
+    assert out.split("\n")[:4] == [f"{len(upload.read_bytes())} {want}", "1", "hello kernel", "0"]
+    assert rc2 == 0, err2
+    assert out2.startswith("HTTP/1.1 200 OK") and out2.rstrip().endswith("hello s_client")
 
 
 class Collect(Sink):

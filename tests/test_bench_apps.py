@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import os
 
 import pytest
 
@@ -63,3 +64,26 @@ def test_profile_summary_groups_by_area() -> None:
     summary = apps._profile_summary(prof, 5)
     assert len(summary["top"]) <= 5
     assert abs(sum(summary["by_area"].values()) - 1.0) < 0.01
+
+
+def test_profile_charges_builtins_to_their_callers_and_syscalls_apart() -> None:
+    """A built-in called from the TCP core is the core's time; a TUN write is a system call."""
+    code = compile("def core_work():\n    return sorted(range(200_000), key=abs)\n",
+                   "/site/usertcp/tcp/fake.py", "exec")
+    space: dict[str, object] = {}
+    exec(code, space)
+    core_work = space["core_work"]
+    r, w = os.pipe()
+    prof = cProfile.Profile()
+    prof.enable()
+    core_work()  # type: ignore[operator]
+    os.write(w, b"x")
+    prof.disable()
+    os.close(r)
+    os.close(w)
+    summary = apps._profile_summary(prof, 5)
+    by_area = summary["by_area"]
+    assert by_area["usertcp.tcp (TCP core)"] > 0.5          # sorted() and abs() called from the core
+    assert by_area.get("builtins and other", 0) < 0.2
+    assert any(area.startswith("system calls") for area in by_area)
+    assert summary["usertcp_share"] == by_area["usertcp.tcp (TCP core)"]

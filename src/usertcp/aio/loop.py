@@ -35,6 +35,7 @@ import ipaddress
 import selectors
 import socket as _socket
 import ssl as _ssl
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
@@ -183,6 +184,10 @@ class UsertcpEventLoop(asyncio.SelectorEventLoop):
             raise ValueError("a TUN device runs in real time")
         self._virtual = network is not None if virtual_time is None else virtual_time
         self._vnow = start_time
+        if not self._virtual:
+            # asyncio's own clock (BaseEventLoop.time), without a Python frame per reading:
+            # the loop reads it several times per iteration.
+            self.time = time.monotonic  # type: ignore[method-assign]
         real = selectors.DefaultSelector()
         super().__init__(_VirtualClockSelector(real, self._advance) if self._virtual else real)
         self.hosts = hosts if isinstance(hosts, HostsTable) else HostsTable(hosts)

@@ -41,6 +41,9 @@ def listening_socket(driver: LoopDriver, stack: Stack, host: str | None, port: i
     try:
         sock.setblocking(False)
         sock.setsockopt(usock.SOL_SOCKET, usock.SO_REUSEADDR, 1)   # as asyncio's servers do
+        # Accepted sockets inherit TCP_NODELAY (Linux sk_clone_lock copies tcp_sock's nonagle),
+        # so each transport finds it on and does not set it per connection as asyncio does.
+        sock.setsockopt(usock.IPPROTO_TCP, usock.TCP_NODELAY, 1)
         sock.bind((host or ("::" if fam == usock.AF_INET6 else "0.0.0.0"), port))
         sock.listen(backlog)
     except BaseException:

@@ -316,7 +316,7 @@ class UsertcpTransport(asyncio.Transport):
             self._schedule_read()      # deliver the data and the EOF first
         elif conn.error:
             self._fatal(OSError(conn.error, os.strerror(conn.error)))
-        elif conn.state is State.CLOSED and not conn.readable_bytes:
+        elif conn.state is State.CLOSED and not conn.readable_bytes and not self._sock.fastopen_deferred:
             self._finish(None)
 
     def pause_reading(self) -> None:
@@ -370,6 +370,8 @@ class UsertcpTransport(asyncio.Transport):
         now = self._driver.now()
         buf = self._buf
         try:
+            if buf and self._sock.fastopen_deferred:
+                self._fastopen_write()
             while buf and conn.send_space > 0:
                 chunk = buf.popleft()
                 if buf and len(chunk) + len(buf[0]) <= _COALESCE_MAX:
@@ -382,13 +384,38 @@ class UsertcpTransport(asyncio.Transport):
         except OSError as e:
             self._fatal(e)
             return
+        if conn.state is State.SYN_RECEIVED:
+            # A Fast Open child may send before the 3rd ACK (Linux tcp_sendmsg_locked lets a
+            # passive fastopen socket write in SYN-RECV), as the socket API's send does.
+            conn.output(now)
         self._driver.kick_soon()
         if not buf:
-            if self._closing:
+            if conn.state is State.SYN_SENT or conn.state is State.SYN_RECEIVED:
+                # A Fast Open connect in flight (the write sent the SYN): EOF and close wait for
+                # the handshake, as shutdown/close in SYN-SENT would drop the connection (Linux
+                # tcp_close_state); the handshake's end wakes the writer (on_writable).
+                pass
+            elif self._closing:
                 self._close_tcp()
             elif self._eof and not conn.write_shutdown and conn.state in SENDING:
                 conn.shutdown(False, True, now)
         self._maybe_resume_protocol()
+
+    def _fastopen_write(self) -> None:
+        """The first write of a deferred TCP_FASTOPEN_CONNECT socket (``sock_connect`` returned
+        at once): the socket's own send sends the SYN carrying what it may of the data (with a
+        cached cookie), as the first ``send()`` of asyncio's kernel socket would."""
+        buf = self._buf
+        chunk = buf.popleft()
+        if buf and len(chunk) + len(buf[0]) <= _COALESCE_MAX:
+            chunk = self._coalesce(chunk)
+        try:
+            n = self._sock.send(chunk)
+        except BlockingIOError:        # EINPROGRESS: the SYN left without data; it waits in TCP
+            n = 0
+        self._buf_size -= n
+        if n < len(chunk):
+            buf.appendleft(memoryview(chunk)[n:])
 
     def _coalesce(self, first: bytes | memoryview) -> bytes:
         """``first`` joined with the small writes queued after it (up to ``_COALESCE_MAX``
@@ -464,7 +491,7 @@ class UsertcpTransport(asyncio.Transport):
             return
         self._closing = True
         if not self._buf:
-            self._close_tcp()
+            self._flush()              # closes TCP now, or once a Fast Open handshake ends
 
     def _close_tcp(self) -> None:
         """The buffer is flushed: close the socket (FIN after the queued data, as Linux close())."""

@@ -120,6 +120,12 @@ class SocketCore:
     def timeout(self) -> float | None:
         return self._timeout
 
+    @property
+    def fastopen_deferred(self) -> bool:
+        """connect() returned under TCP_FASTOPEN_CONNECT and the SYN waits for the first write,
+        which it will carry (Linux tcp_fastopen_defer_connect; the connection is still CLOSED)."""
+        return self._tfo_deferred
+
     def _check_open(self) -> None:
         if self._closed:
             raise os_error(errno.EBADF, "Bad file descriptor (socket is closed)")
