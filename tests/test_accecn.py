@@ -113,7 +113,9 @@ def test_negotiation_for_every_tcp_ecn_pairing(client: int, server: int) -> None
         assert seen[2][3] and seen[2][0] == 0 and ace_of(seen[2][2]) == 0b010
         # Afterwards every packet is ECT(0) and carries r.cep + 5 (no CE here: 5).
         assert all(p[1] == ECN_ECT0 and ace_of(p[2]) == 5 for p in seen[3:])
-        assert not tcp_info(c)["tcpi_options"] & TCPI_OPT_ECN       # Linux: RFC 3168 only
+        # Linux 6.18 tcp_get_info sets TCPI_OPT_ECN for any ECN mode (tcp_ecn_mode_any), AccECN
+        # included: this machine's kernel shows it (tests/test_accecn_kernel.py).
+        assert tcp_info(c)["tcpi_options"] & TCPI_OPT_ECN and tcp_info(s)["tcpi_options"] & TCPI_OPT_ECN
     else:
         assert all(not p[2] & AE for p in seen[1:])
         assert all(p[1] == (ECN_ECT0 if want == "rfc3168" else ECN_NOT_ECT) for p in data)
@@ -366,6 +368,18 @@ def test_drill_accecn_option_in_both_orders() -> None:
     assert fmt_opts([(174, raw[2:])]) == "ECN e1b 1 ceb 1000 e0b 7"
     with pytest.raises(ScriptSyntaxError):
         parse_script("+0 < . 1:1(0) ack 1 win 100 <ECN ceb 1 e0b 2>\n")
+
+
+def test_tcpi_delivered_counts_every_packet_once() -> None:
+    """Linux tp->delivered: the SYN and every data packet, once, whether an ACK covers a whole
+    send-queue entry or trims its head (tcp_tso_acked): after a lossless transfer it is the
+    packets sent, each at most one MSS (a larger one counts tcp_skb_pcount packets)."""
+    link = LinkConfig(delay=0.002, bandwidth_bps=20e6, queue_limit=200)
+    c, _s, seen = _open(StackConfig(), StackConfig(), link, size=300_000)
+    mss = c.mss
+    sent = sum(-(-p[0] // mss) for p in seen if p[3] and p[0])
+    assert sent >= 300_000 // mss
+    assert tcp_info(c)["tcpi_delivered"] == sent + 1
 
 
 def test_rfc3168_delivered_ce_counts_packets_acked_with_ece() -> None:
