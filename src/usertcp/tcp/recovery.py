@@ -605,7 +605,13 @@ class Recovery:
                 if r.retrans:
                     self.retrans_bytes -= cut
                 mss = max(c.mss, 1)
-                if r.tx_count == 1 and (r.end - r.start - 1) // mss > (r.end - ack_off - 1) // mss:
+                fin = 1 if r.fin else 0
+                # Linux tcp_tso_acked: the packets the trimmed head held are delivered
+                # (tcp_clean_rtx_queue adds acked_pcount to tp->delivered), so that DCTCP's
+                # alpha, tcpi_delivered(_ce) and AccECN see them now, not when the rest is.
+                whole = (r.end - r.start - fin + mss - 1) // mss - (r.end - ack_off - fin + mss - 1) // mss
+                c.delivered_segs += whole
+                if r.tx_count == 1 and whole > 0:
                     rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
             r.start = ack_off
         self._rtt_samples(rtt_sample, ack_off, ts_ecr, now)
