@@ -203,9 +203,12 @@ class AccEcn:
         return ACE_FLAGS
 
     def synack_option_wanted(self, timeouts: int) -> bool:
-        """Does our SYN-ACK carry the option (tcp_synack_options: not after a timeout,
-        in case a middlebox drops SYN-ACKs with unknown options)?"""
-        return self.option_mode > 0 and timeouts < 1
+        """Does our SYN-ACK carry the option (tcp_synack_options: ``req->num_timeout < 1``,
+        in case a middlebox drops SYN-ACKs with unknown options)? ``timeouts`` counts this
+        retransmission; reqsk_timer_handler counts it only after inet_rtx_syn_ack, so the
+        first retransmission still carries the option and later ones do not, as this
+        machine's kernel shows (tools/kernel_accecn_probe.py)."""
+        return self.option_mode > 0 and timeouts < 2
 
     def accept_syn(self, ecn: int) -> None:
         """A listener takes an AccECN SYN (tcp_ecn_create_request / tcp_ecn_rcv_syn)."""

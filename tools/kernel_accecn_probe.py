@@ -1,0 +1,138 @@
+"""What does *this machine's* kernel do with Accurate ECN in the handshake's retransmissions?
+
+Run as root: ``.venv/bin/python tools/kernel_accecn_probe.py``. Linux 6.18 refuses
+``net.ipv4.tcp_ecn=3`` but negotiates AccECN for a congestion control flagged
+``TCP_CONG_NEEDS_ACCECN``; the probe registers one (Reno as BPF struct_ops,
+tests/bpf_accecn_ca.py, gone when the probe exits) and, in a namespace of its own with a TUN
+device, plays the peer by hand:
+
+* **SYN retransmissions**: the kernel connects with that controller and we never answer;
+  for each SYN it sends: AE, CWR, ECE (the ACE field) and the IP-ECN field.
+* **SYN-ACK retransmissions**: we send an AccECN SYN (AE|CWR|ECE, Not-ECT) to a listener
+  with that controller and never complete the handshake; for each SYN-ACK: its ACE, IP-ECN
+  field and whether it carries the AccECN option (kinds 172/174).
+
+It is the evidence for what usertcp's tcp/accecn.py does on those paths (docs/ecn.md,
+"Retransmissions").
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from bpf_accecn_ca import AccEcnCongestionControl
+from netns_helpers import PEER, TCP_ACK, TCP_RST, TCP_SYN, US, PacketReader, build_tcp, probe_session
+from usertcp.net import netns
+from usertcp.net.tun import TunDevice
+from usertcp.wire.segment import TxPacket
+
+TCP_ECE, TCP_CWR = 0x40, 0x80
+ACCECN_KINDS = (172, 174)
+
+
+def describe(pkt: memoryview | bytes) -> str:
+    """ACE (AE CWR ECE as three bits), IP-ECN field and AccECN option of a TCP/IPv4 packet."""
+    raw = bytes(pkt)
+    ihl = (raw[0] & 0xF) * 4
+    doff = (raw[ihl + 12] >> 4) * 4
+    ace = (raw[ihl + 12] & 1) << 2 | raw[ihl + 13] >> 6       # AE, CWR, ECE
+    opts, i, kinds = raw[ihl + 20:ihl + doff], 0, []
+    while i < len(opts) and opts[i] != 0:
+        if opts[i] == 1:
+            i += 1
+            continue
+        kinds.append(opts[i])
+        i += max(opts[i + 1], 2)
+    acc = [k for k in kinds if k in ACCECN_KINDS]
+    return f"ACE {ace:03b}  IP-ECN {raw[1] & 3}  AccECN option {acc[0] if acc else 'none'}"
+
+
+def syn_retransmissions(cc: str, count: int = 3, fallback: int = 1) -> list[str]:
+    out: list[str] = []
+
+    def body(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+        def connect() -> socket.socket:
+            s = socket.socket()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+            s.setblocking(False)
+            s.connect_ex((US, 7101))
+            return s
+        s = netns.call_in_namespace(ns, connect)
+        t0 = time.monotonic()
+        try:
+            for _ in range(count):
+                _seg, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & TCP_SYN != 0, timeout=10)
+                out.append(f"SYN at +{time.monotonic() - t0:.1f} s: {describe(pkt)}")
+        finally:
+            s.close()
+
+    probe_session("utaccp1", body, sysctls=[f"net.ipv4.tcp_ecn_fallback={fallback}"])
+    return out
+
+
+def synack_retransmissions(cc: str, count: int = 4) -> list[str]:
+    out: list[str] = []
+
+    def body(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+        def listen() -> socket.socket:
+            s = socket.socket()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+            s.bind((PEER, 7102))
+            s.listen(4)
+            return s
+        lst = netns.call_in_namespace(ns, listen)
+        try:
+            opts = struct.pack("!BBH", 2, 4, 1460) + b"\x04\x02\x01\x01"      # MSS, SACK-permitted
+            hdr, _ = build_tcp(US, PEER, 40001, 7102, 1000, 0, TCP_SYN | TCP_ECE | TCP_CWR, options=opts)
+            syn = bytearray(hdr)
+            _set_ae(syn)
+            dev.write(TxPacket(bytes(syn)))
+            t0 = time.monotonic()
+            seq = 0
+            for _ in range(count):
+                seg, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & (TCP_SYN | TCP_ACK) == TCP_SYN | TCP_ACK,
+                                      timeout=10)
+                seq = seg.seq
+                out.append(f"SYN-ACK at +{time.monotonic() - t0:.1f} s: {describe(pkt)}")
+            rst, _ = build_tcp(US, PEER, 40001, 7102, 1001, seq + 1, TCP_RST)
+            dev.write(TxPacket(rst))
+        finally:
+            lst.close()
+
+    probe_session("utaccp2", body)
+    return out
+
+
+def _set_ae(packet: bytearray) -> None:
+    """Set AE (the reserved bit before CWR) in a built IPv4/TCP packet, checksum fixed."""
+    ihl = (packet[0] & 0xF) * 4
+    packet[ihl + 12] |= 1
+    csum = struct.unpack_from("!H", packet, ihl + 16)[0]
+    # RFC 1624 incremental update: the 16-bit word at ihl+12 grew by 0x0100.
+    total = (~csum & 0xFFFF) + 0x0100
+    total = (total & 0xFFFF) + (total >> 16)
+    struct.pack_into("!H", packet, ihl + 16, ~total & 0xFFFF)
+
+
+def main() -> None:
+    if os.geteuid() != 0:
+        sys.exit("run as root (network namespaces, bpf)")
+    with AccEcnCongestionControl(f"utaccp{os.getpid() % 10000}") as cc:
+        print(f"kernel {os.uname().release}; controller {cc.name} (TCP_CONG_NEEDS_ACCECN)")
+        for fallback in (1, 0):
+            print(f"\nThe kernel's SYNs, never answered (net.ipv4.tcp_ecn_fallback={fallback}):")
+            for line in syn_retransmissions(cc.name, fallback=fallback):
+                print("  " + line)
+        print("\nThe kernel's SYN-ACKs to an AccECN SYN (Not-ECT), never ACKed (tcp_ecn_fallback=1):")
+        for line in synack_retransmissions(cc.name):
+            print("  " + line)
+
+
+if __name__ == "__main__":
+    main()
