@@ -11,6 +11,12 @@ device, plays the peer by hand:
 * **SYN-ACK retransmissions**: we send an AccECN SYN (AE|CWR|ECE, Not-ECT) to a listener
   with that controller and never complete the handshake; for each SYN-ACK: its ACE, IP-ECN
   field and whether it carries the AccECN option (kinds 172/174).
+* **A large ACK without the option** (tests/drill/accecn-large-ack-no-option.pkt against the
+  kernel): the handshake completes, the kernel sends 10 segments, one ACK covers them all
+  with its ACE unchanged and no option; then 3 more, ACKed with ACE + 2. The kernel's
+  ``tcpi_delivered_ce`` and ``tcpi_ca_state`` after each.
+* **A bleached handshake ACK** (ACE 000, RFC 9768 Table 4): the IP-ECN field and ACE of the
+  kernel's next data, and its ``tcpi_accecn_fail_mode``.
 
 It is the evidence for what usertcp's tcp/accecn.py does on those paths (docs/ecn.md,
 "Retransmissions").
@@ -23,11 +29,22 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from bpf_accecn_ca import AccEcnCongestionControl
-from netns_helpers import PEER, TCP_ACK, TCP_RST, TCP_SYN, US, PacketReader, build_tcp, probe_session
+from netns_helpers import (
+    PEER,
+    TCP_ACK,
+    TCP_RST,
+    TCP_SYN,
+    US,
+    PacketReader,
+    build_tcp,
+    ip_checksum,
+    probe_session,
+)
 from usertcp.net import netns
 from usertcp.net.tun import TunDevice
 from usertcp.wire.segment import TxPacket
@@ -120,6 +137,95 @@ def _set_ae(packet: bytearray) -> None:
     struct.pack_into("!H", packet, ihl + 16, ~total & 0xFFFF)
 
 
+def _packet(seq: int, ack: int, flags: int, ace: int, *, tos: int = 0, options: bytes = b"",
+            window: int = 257, sport: int = 40003, dport: int = 7103) -> TxPacket:
+    """A segment to the kernel with the ACE field ``ace`` (AE, CWR, ECE) and IP-ECN ``tos``."""
+    flags |= (ace & 2) << 6 | (ace & 1) << 6
+    hdr, _ = build_tcp(US, PEER, sport, dport, seq, ack, flags, window=window, options=options)
+    pkt = bytearray(hdr)
+    if ace & 4:
+        _set_ae(pkt)
+    pkt[1] = tos
+    pkt[10:12] = b"\0\0"
+    struct.pack_into("!H", pkt, 10, ip_checksum(bytes(pkt[:20])))
+    return TxPacket(bytes(pkt))
+
+
+def _kernel_info(sock: socket.socket) -> tuple[int, int, int]:
+    """tcpi_delivered_ce, tcpi_ca_state, tcpi_accecn_fail_mode (Linux 6.18 struct tcp_info)."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512)
+    return struct.unpack_from("=I", raw, 196)[0], raw[1], struct.unpack_from("=H", raw, 276)[0]
+
+
+def _kernel_server(cc: str, third_ace: int, out: list[str], body: Callable[[TunDevice, PacketReader,
+                   socket.socket, int], None], name: str) -> None:
+    """A listener with controller ``cc``; our AccECN SYN (Not-ECT, MSS 1000, SACK, WS 7), its
+    SYN-ACK described in ``out``, our handshake ACK with ACE ``third_ace`` (ECT(0)), then
+    ``body(device, reader, accepted socket, the kernel's next sequence number)``."""
+    def run(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+        def listen() -> socket.socket:
+            s = socket.socket()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+            s.bind((PEER, 7103))
+            s.listen(4)
+            return s
+        lst = netns.call_in_namespace(ns, listen)
+        try:
+            # MSS 1000, NOP NOP SACK-permitted, NOP wscale 7
+            opts = struct.pack("!BBH", 2, 4, 1000) + b"\x01\x01\x04\x02\x01\x03\x03\x07"
+            dev.write(_packet(0, 0, TCP_SYN, 0b111, options=opts, window=32792))
+            synack, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & TCP_SYN != 0)
+            out.append(f"SYN-ACK: {describe(pkt)}")
+            dev.write(_packet(1, synack.seq + 1, TCP_ACK, third_ace, tos=2))
+            conn, _ = lst.accept()
+            with conn:
+                body(dev, rd, conn, synack.seq + 1)
+        finally:
+            lst.close()
+
+    probe_session(name, run)
+
+
+def _read_data(rd: PacketReader, size: int) -> list[str]:
+    got, seen = 0, []
+    while got < size:
+        seg, pkt, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0)
+        got += len(seg.payload)
+        seen.append(describe(pkt))
+    return seen
+
+
+def large_ack(cc: str) -> list[str]:
+    out: list[str] = []
+
+    def body(dev: TunDevice, rd: PacketReader, conn: socket.socket, nxt: int) -> None:
+        for size, ace, want in ((10_000, 0b101, "unchanged ACE"), (3000, 0b111, "ACE + 2")):
+            conn.sendall(bytes(size))
+            _read_data(rd, size)
+            nxt += size
+            dev.write(_packet(1, nxt, TCP_ACK, ace, tos=2))
+            time.sleep(0.05)
+            ce, ca_state, _fail = _kernel_info(conn)
+            out.append(f"{size} bytes in {size // 1000} segments, one ACK with {want}, no option: "
+                       f"tcpi_delivered_ce {ce}, tcpi_ca_state {ca_state}")
+
+    _kernel_server(cc, 0b010, out, body, "utaccp3")
+    return out
+
+
+def third_ack_bleached(cc: str) -> list[str]:
+    """RFC 9768 Table 4: a handshake ACK with ACE 000 means a middlebox cleared the field."""
+    out: list[str] = []
+
+    def body(dev: TunDevice, rd: PacketReader, conn: socket.socket, nxt: int) -> None:
+        conn.sendall(bytes(1000))
+        out.extend(f"then data: {d}" for d in _read_data(rd, 1000))
+        out.append(f"tcpi_accecn_fail_mode {_kernel_info(conn)[2]}")
+
+    _kernel_server(cc, 0b000, out, body, "utaccp4")
+    return out
+
+
 def main() -> None:
     if os.geteuid() != 0:
         sys.exit("run as root (network namespaces, bpf)")
@@ -131,6 +237,12 @@ def main() -> None:
                 print("  " + line)
         print("\nThe kernel's SYN-ACKs to an AccECN SYN (Not-ECT), never ACKed (tcp_ecn_fallback=1):")
         for line in synack_retransmissions(cc.name):
+            print("  " + line)
+        print("\nLarge ACKs without the AccECN option (the kernel sends):")
+        for line in large_ack(cc.name):
+            print("  " + line)
+        print("\nOur handshake ACK with ACE 000 (a middlebox cleared it):")
+        for line in third_ack_bleached(cc.name):
             print("  " + line)
 
 
