@@ -257,7 +257,8 @@ def test_dctcp_holds_the_queue_near_the_marking_point_where_cubic_fills_it(aqm: 
 
 
 def test_bench_dctcp_reports_every_scenario_and_plots(tmp_path: Path) -> None:
-    """``usertcp bench dctcp``: the four scenarios side by side, and the plot when asked."""
+    """``usertcp bench dctcp``: the scenarios side by side, each on the feedback it names,
+    and the plot when asked."""
     from usertcp.bench import dctcp as bench
     out = bench.run(size=1_000_000, plot=str(tmp_path / "q.png"))
     assert set(bench.SCENARIOS) <= set(out)
@@ -265,4 +266,8 @@ def test_bench_dctcp_reports_every_scenario_and_plots(tmp_path: Path) -> None:
     assert step["queue_drops"] == 0 and step["ce_marked"] > 0 and 0 <= step["alpha_end"] <= 1024
     assert taildrop["queue_delay_mean_ms"] > step["queue_delay_mean_ms"]
     assert 0 < out["dctcp_step_vs_cubic_taildrop_delay_ratio"] < 1
+    assert [out[name]["feedback"] for name in bench.SCENARIOS] == [
+        "rfc3168", "rfc3168", "accecn", "rfc3168", "none"]
+    acc = out["dctcp_accecn_step"]
+    assert acc["queue_drops"] == 0 and acc["ce_marked"] > 0 and acc["ecn_cwnd_reductions"] > 0
     assert (tmp_path / "q.png").stat().st_size > 1000
