@@ -168,6 +168,7 @@ def test_ce_marks_are_counted_exactly_and_feed_dctcp() -> None:
     marked = pair.link.ab.stats.ce_marked
     assert marked > 10
     assert si["tcpi_received_ce"] == marked == ci["tcpi_delivered_ce"]
+    assert pair.a.counters.get("TcpExtTCPDeliveredCE") == marked       # tcp_newly_delivered's ecn_count
     assert si["tcpi_received_ce_bytes"] == ci["tcpi_delivered_ce_bytes"] > 0
     assert si["tcpi_received_e0_bytes"] == ci["tcpi_delivered_e0_bytes"] > 0
     assert si["tcpi_received_ce_bytes"] + si["tcpi_received_e0_bytes"] == len(data)
@@ -380,6 +381,11 @@ def test_tcpi_delivered_counts_every_packet_once() -> None:
     sent = sum(-(-p[0] // mss) for p in seen if p[3] and p[0])
     assert sent >= 300_000 // mss
     assert tcp_info(c)["tcpi_delivered"] == sent + 1
+    # The stack-wide TcpExtTCPDelivered (tcp_newly_delivered) counts the same, the SYN included
+    # on the active side: what the client's stack delivered, the server's (5000 bytes back) apart.
+    assert _s.stack is not c.stack
+    assert c.stack.counters.get("TcpExtTCPDelivered") == sent + 1
+    assert c.stack.counters.get("TcpExtTCPDeliveredCE") == 0
 
 
 def test_rfc3168_delivered_ce_counts_packets_acked_with_ece() -> None:
@@ -389,6 +395,7 @@ def test_rfc3168_delivered_ce_counts_packets_acked_with_ece() -> None:
     c, _s, seen = _open(StackConfig(ecn=1), StackConfig(ecn=1), link, size=200_000)
     ece_acks = [p for p in seen if not p[3] and p[2] & ECE and not p[2] & SYN]
     assert ece_acks and tcp_info(c)["tcpi_delivered_ce"] >= len(ece_acks)
+    assert c.stack.counters.get("TcpExtTCPDeliveredCE") == tcp_info(c)["tcpi_delivered_ce"]
     c0, _s0, _ = _open(StackConfig(ecn=0), StackConfig(ecn=0), link, size=50_000)
     assert tcp_info(c0)["tcpi_delivered_ce"] == 0
 

@@ -141,7 +141,11 @@ class Handshake:
         c.max_snd_wnd = c.snd_wnd
         c.snd_wl1 = 0
         c.snd_wl2 = seq_diff(seg.ack, c.iss)
+        prior_delivered = c.delivered_segs
         c.recovery.ack_advance(seq_diff(seg.ack, c.iss), now)
+        # TcpExtTCPDelivered: tcp_ack's tcp_newly_delivered counts the SYN (and any SYN data);
+        # the SYN's tp->delivered itself is added with the state change (Connection.set_state).
+        c.hot.delivered += c.delivered_segs - prior_delivered + 1
         c.stack.on_synack(c, seg, now)
         c.set_state(State.ESTABLISHED, now)
         c.rtt.reset_backoff()
