@@ -17,6 +17,11 @@ device, plays the peer by hand:
   ``tcpi_delivered_ce`` and ``tcpi_ca_state`` after each.
 * **A bleached handshake ACK** (ACE 000, RFC 9768 Table 4): the IP-ECN field and ACE of the
   kernel's next data, and its ``tcpi_accecn_fail_mode``.
+* **Our ACKs' loss seen from the kernel**: with options both ways, we send a segment and then
+  the same segment twice more, as a sender whose ACKs (carrying the option) never arrive;
+  whether the kernel concludes that its options are dropped (``tcpi_accecn_fail_mode``
+  bit 4, ``TCP_ACCECN_OPT_FAIL_SEND``, which later kernels set from the D-SACK) and whether
+  its later ACKs still carry the option.
 
 It is the evidence for what usertcp's tcp/accecn.py does on those paths (docs/ecn.md,
 "Retransmissions").
@@ -59,15 +64,26 @@ def describe(pkt: memoryview | bytes) -> str:
     ihl = (raw[0] & 0xF) * 4
     doff = (raw[ihl + 12] >> 4) * 4
     ace = (raw[ihl + 12] & 1) << 2 | raw[ihl + 13] >> 6       # AE, CWR, ECE
-    opts, i, kinds = raw[ihl + 20:ihl + doff], 0, []
+    opts, i, found = raw[ihl + 20:ihl + doff], 0, {}
     while i < len(opts) and opts[i] != 0:
         if opts[i] == 1:
             i += 1
             continue
-        kinds.append(opts[i])
+        found[opts[i]] = opts[i + 2:i + opts[i + 1]]
         i += max(opts[i + 1], 2)
-    acc = [k for k in kinds if k in ACCECN_KINDS]
-    return f"ACE {ace:03b}  IP-ECN {raw[1] & 3}  AccECN option {acc[0] if acc else 'none'}"
+    acc = next((k for k in found if k in ACCECN_KINDS), None)
+    text = f"ACE {ace:03b}  IP-ECN {raw[1] & 3}  AccECN option "
+    if acc is None:
+        text += "none"
+    else:
+        body = found[acc]
+        text += f"{acc} {[int.from_bytes(body[j:j + 3], 'big') for j in range(0, len(body), 3)]}"
+    if 5 in found:
+        blocks = found[5]
+        text += "  SACK " + " ".join(f"{int.from_bytes(blocks[j:j + 4], 'big')}:"
+                                     f"{int.from_bytes(blocks[j + 4:j + 8], 'big')}"
+                                     for j in range(0, len(blocks), 8))
+    return text
 
 
 def syn_retransmissions(cc: str, count: int = 3, fallback: int = 1) -> list[str]:
@@ -138,11 +154,12 @@ def _set_ae(packet: bytearray) -> None:
 
 
 def _packet(seq: int, ack: int, flags: int, ace: int, *, tos: int = 0, options: bytes = b"",
-            window: int = 257, sport: int = 40003, dport: int = 7103) -> TxPacket:
+            window: int = 257, sport: int = 40003, dport: int = 7103, payload: bytes = b"") -> TxPacket:
     """A segment to the kernel with the ACE field ``ace`` (AE, CWR, ECE) and IP-ECN ``tos``."""
     flags |= (ace & 2) << 6 | (ace & 1) << 6
-    hdr, _ = build_tcp(US, PEER, sport, dport, seq, ack, flags, window=window, options=options)
-    pkt = bytearray(hdr)
+    hdr, data = build_tcp(US, PEER, sport, dport, seq, ack, flags, window=window, options=options,
+                          payload=payload)
+    pkt = bytearray(hdr + data)
     if ace & 4:
         _set_ae(pkt)
     pkt[1] = tos
@@ -158,7 +175,7 @@ def _kernel_info(sock: socket.socket) -> tuple[int, int, int]:
 
 
 def _kernel_server(cc: str, third_ace: int, out: list[str], body: Callable[[TunDevice, PacketReader,
-                   socket.socket, int], None], name: str) -> None:
+                   socket.socket, int], None], name: str, third_opt: bytes = b"") -> None:
     """A listener with controller ``cc``; our AccECN SYN (Not-ECT, MSS 1000, SACK, WS 7), its
     SYN-ACK described in ``out``, our handshake ACK with ACE ``third_ace`` (ECT(0)), then
     ``body(device, reader, accepted socket, the kernel's next sequence number)``."""
@@ -176,7 +193,7 @@ def _kernel_server(cc: str, third_ace: int, out: list[str], body: Callable[[TunD
             dev.write(_packet(0, 0, TCP_SYN, 0b111, options=opts, window=32792))
             synack, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & TCP_SYN != 0)
             out.append(f"SYN-ACK: {describe(pkt)}")
-            dev.write(_packet(1, synack.seq + 1, TCP_ACK, third_ace, tos=2))
+            dev.write(_packet(1, synack.seq + 1, TCP_ACK, third_ace, tos=2, options=third_opt))
             conn, _ = lst.accept()
             with conn:
                 body(dev, rd, conn, synack.seq + 1)
@@ -226,6 +243,28 @@ def third_ack_bleached(cc: str) -> list[str]:
     return out
 
 
+ACCECN_OPT_INIT = bytes((174, 11, 0, 0, 1, 0, 0, 0, 0, 0, 1, 1))    # e1b 1, ceb 0, e0b 1; NOP
+
+
+def options_dropped(cc: str) -> list[str]:
+    out: list[str] = []
+
+    def body(dev: TunDevice, rd: PacketReader, conn: socket.socket, nxt: int) -> None:
+        def send(seq: int) -> str:
+            dev.write(_packet(seq, nxt, TCP_ACK | 0x08, 0b101, tos=2, options=ACCECN_OPT_INIT,
+                              payload=bytes(100)))
+            _seg, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & TCP_ACK != 0 and not seg.payload)
+            return describe(pkt)
+        for what in ("the segment", "again (1st duplicate)", "again (2nd duplicate)",
+                     "again (3rd duplicate)"):
+            ack = send(1)
+            out.append(f"{what}: the kernel ACKs with {ack}; tcpi_accecn_fail_mode "
+                       f"{_kernel_info(conn)[2]}")
+
+    _kernel_server(cc, 0b010, out, body, "utaccp5", third_opt=ACCECN_OPT_INIT)
+    return out
+
+
 def main() -> None:
     if os.geteuid() != 0:
         sys.exit("run as root (network namespaces, bpf)")
@@ -243,6 +282,9 @@ def main() -> None:
             print("  " + line)
         print("\nOur handshake ACK with ACE 000 (a middlebox cleared it):")
         for line in third_ack_bleached(cc.name):
+            print("  " + line)
+        print("\nThe kernel receives a segment three times, as if its ACKs were lost:")
+        for line in options_dropped(cc.name):
             print("  " + line)
 
 
