@@ -17,6 +17,9 @@ device, plays the peer by hand:
   ``tcpi_delivered_ce`` and ``tcpi_ca_state`` after each.
 * **A bleached handshake ACK** (ACE 000, RFC 9768 Table 4): the IP-ECN field and ACE of the
   kernel's next data, and its ``tcpi_accecn_fail_mode``.
+* **An RFC 3168 client meets AccECN SYN-ACKs**: the kernel with ``tcp_ecn=1`` (what
+  ``tcp_ecn=4`` asks for too) answered by SYN-ACKs of every ACE value: its handshake ACK
+  and first data (6.18 turns to AccECN on 010, 011, 100 and 110).
 * **Our ACKs' loss seen from the kernel**: with options both ways, we send a segment and then
   the same segment twice more, as a sender whose ACKs (carrying the option) never arrive;
   whether the kernel concludes that its options are dropped (``tcpi_accecn_fail_mode``
@@ -243,6 +246,43 @@ def third_ack_bleached(cc: str) -> list[str]:
     return out
 
 
+def classic_client_meets_accecn_synack(synack_ace: int, cc: str = "cubic") -> list[str]:
+    """The kernel as an RFC 3168 client (tcp_ecn=1, as tcp_ecn=4 asks), answered with a SYN-ACK
+    whose ACE is ``synack_ace``: does it run ECN (its data ECT(0), TCPI_OPT_ECN)?"""
+    out: list[str] = []
+
+    def body(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+        def connect() -> socket.socket:
+            s = socket.socket()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+            s.setblocking(False)
+            s.connect_ex((US, 7104))
+            return s
+        s = netns.call_in_namespace(ns, connect)
+        try:
+            syn, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & TCP_SYN != 0)
+            out.append(f"SYN: {describe(pkt)}")
+            dev.write(_packet(5000, syn.seq + 1, TCP_SYN | TCP_ACK, synack_ace, sport=7104, dport=syn.sport,
+                              options=struct.pack("!BBH", 2, 4, 1000), window=65535))
+            _seg, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & (TCP_SYN | TCP_ACK) == TCP_ACK)
+            out.append(f"SYN-ACK with ACE {synack_ace:03b}: the handshake's ACK {describe(pkt)}")
+            time.sleep(0.05)
+            raw = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512)
+            ssthresh, cwnd = struct.unpack_from("=II", raw, 76)
+            out.append(f"  then tcpi_ca_state {raw[1]}, snd_ssthresh {ssthresh}, snd_cwnd {cwnd}")
+            s.setblocking(True)
+            s.sendall(bytes(500))
+            _seg, pkt, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0)
+            raw = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512)
+            out.append(f"SYN-ACK with ACE {synack_ace:03b}: its data {describe(pkt)}; "
+                       f"TCPI_OPT_ECN {bool(raw[5] & 8)}")
+        finally:
+            s.close()
+
+    probe_session("utaccp6", body, sysctls=["net.ipv4.tcp_ecn=1"])
+    return out
+
+
 ACCECN_OPT_INIT = bytes((174, 11, 0, 0, 1, 0, 0, 0, 0, 0, 1, 1))    # e1b 1, ceb 0, e0b 1; NOP
 
 
@@ -283,6 +323,10 @@ def main() -> None:
         print("\nOur handshake ACK with ACE 000 (a middlebox cleared it):")
         for line in third_ack_bleached(cc.name):
             print("  " + line)
+        print("\nThe kernel as an RFC 3168 client (tcp_ecn=1) answered by SYN-ACKs of each ACE:")
+        for ace in (0b001, 0b010, 0b011, 0b101, 0b110):
+            for line in classic_client_meets_accecn_synack(ace)[1:]:
+                print("  " + line)
         print("\nThe kernel receives a segment three times, as if its ACKs were lost:")
         for line in options_dropped(cc.name):
             print("  " + line)

@@ -497,6 +497,19 @@ def accecn_for_active_open(cfg: StackConfig) -> AccEcn | None:
     return _new(cfg) if cfg.ecn == ECN_ACCECN else None
 
 
+def accecn_for_classic_synack(cfg: StackConfig, seg: Segment, syn_tos: int) -> AccEcn | None:
+    """Linux 6.18 tcp_ecn_rcv_synack runs for any ECN-setup SYN, and its default case (ACE
+    010, 011, 100, 110) does not test tcp_ecn_mode_pending: an RFC 3168 client (``tcp_ecn``
+    1 or 4, whose SYN was ``syn_tos``) answered so runs AccECN, as this machine's kernel
+    does (tools/kernel_accecn_probe.py). None for the other ACE values."""
+    if not seg.flags & ACK or ace_of(seg.flags) in (0, 1, 5, 7):
+        return None
+    acc = _new(cfg)
+    acc.note_syn_sent(syn_tos)
+    acc.synack_outcome(seg.flags, seg.ecn, seg.accecn)
+    return acc
+
+
 def accecn_for_syn(seg: Segment, cfg: StackConfig) -> AccEcn | None:
     """tcp_ecn_create_request: a listener with ``tcp_ecn`` 3..5 takes a SYN asking for AccECN."""
     if cfg.ecn < ECN_ACCECN or not syn_requests_accecn(seg.flags):
