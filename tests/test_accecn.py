@@ -153,6 +153,22 @@ def test_option_minimum_mode_sends_it_on_changes_only() -> None:
     assert all(options_from(p[4]).accecn is None for p in seen0)
 
 
+def test_option_beacon_in_minimum_mode() -> None:
+    """tcp_accecn_option_beacon_check: in mode 1, with nothing changed, the option goes again
+    once tcp_ecn_option_beacon of them would fit in one smoothed RTT since the last one
+    (``(now - last) * beacon >= srtt``); beacon 0 never; mode 2 always; mode 0 never."""
+    good = memoryview(bytes((OPT_ACCECN1, 11, 0, 0, 1, 0, 0, 0, 0, 0, 1)))
+    for mode, beacon, want in ((1, 3, (False, True, True)), (1, 0, (False, False, False)),
+                               (2, 3, (True, True, True)), (0, 3, (False, False, False))):
+        acc = AccEcn(option_mode=mode, beacon=beacon, fallback=True)
+        acc.note_syn_sent(ECN_NOT_ECT)
+        assert acc.synack_outcome(SYN | ACK | CWR, ECN_NOT_ECT, good) == 2
+        while acc.opt_demand:                  # the two options the SYN-ACK's option asks for
+            acc.option_fields(3, 0.0)
+        srtt = 0.030
+        assert tuple(acc.option_wanted(t, srtt) for t in (0.009, 0.011, 5.0)) == want, (mode, beacon)
+
+
 def test_ce_marks_are_counted_exactly_and_feed_dctcp() -> None:
     """A step-marking queue: the receiver's r.cep equals the marks the link made and the
     sender's s.cep (no wrap of the 3-bit field is lost), the CE bytes match on both sides,
