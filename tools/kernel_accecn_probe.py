@@ -20,6 +20,10 @@ device, plays the peer by hand:
 * **An RFC 3168 client meets AccECN SYN-ACKs**: the kernel with ``tcp_ecn=1`` (what
   ``tcp_ecn=4`` asks for too) answered by SYN-ACKs of every ACE value: its handshake ACK
   and first data (6.18 turns to AccECN on 010, 011, 100 and 110).
+* **SACK precedence**: with timestamps, CE-marked out-of-order segments make one, two, three
+  SACK blocks; the AccECN option the kernel fits beside them (tests/drill/accecn-sack-
+  precedence.pkt: three fields and one block, two fields and two blocks, two fields and two
+  of three blocks, then no option and three blocks).
 * **Our ACKs' loss seen from the kernel**: with options both ways, we send a segment and then
   the same segment twice more, as a sender whose ACKs (carrying the option) never arrive;
   whether the kernel concludes that its options are dropped (``tcpi_accecn_fail_mode``
@@ -305,6 +309,48 @@ def options_dropped(cc: str) -> list[str]:
     return out
 
 
+def _ts(val: int, ecr: int) -> bytes:
+    return b"\x01\x01" + struct.pack("!BBII", 8, 10, val, ecr)
+
+
+def sack_precedence(cc: str) -> list[str]:
+    """tests/drill/accecn-sack-precedence.pkt against the kernel: with timestamps, out-of-order
+    CE-marked segments make one, two, three SACK blocks; what AccECN option shares the space."""
+    out: list[str] = []
+
+    def run(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+        def listen() -> socket.socket:
+            s = socket.socket()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+            s.bind((PEER, 7105))
+            s.listen(4)
+            return s
+        lst = netns.call_in_namespace(ns, listen)
+        try:
+            syn_opts = struct.pack("!BBH", 2, 4, 1000) + b"\x04\x02" + _ts(100, 0)[2:] + b"\x01\x03\x03\x07"
+            dev.write(_packet(0, 0, TCP_SYN, 0b111, options=syn_opts, window=32792, sport=40005, dport=7105))
+            synack, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & TCP_SYN != 0)
+            ts_opt = synack.option(8)
+            tsval = struct.unpack("!I", ts_opt[:4])[0] if ts_opt else 0
+            nxt = synack.seq + 1
+            dev.write(_packet(1, nxt, TCP_ACK, 0b010, tos=2, options=_ts(110, tsval) + ACCECN_OPT_INIT,
+                              sport=40005, dport=7105))
+            conn, _ = lst.accept()
+            with conn:
+                for i, (start, tos) in enumerate(((1001, 3), (3001, 3), (5001, 3), (7001, 2))):
+                    dev.write(_packet(start, nxt, TCP_ACK | 0x08, 0b101, tos=tos, payload=bytes(1000),
+                                      options=_ts(120 + i, tsval) + ACCECN_OPT_INIT, sport=40005,
+                                      dport=7105))
+                    _seg, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & TCP_ACK != 0 and not seg.payload)
+                    out.append(f"{start}:{start + 1000} {'CE' if tos == 3 else 'ECT(0)'}: the kernel ACKs "
+                               f"with {describe(pkt)}")
+        finally:
+            lst.close()
+
+    probe_session("utaccp7", run)
+    return out
+
+
 def main() -> None:
     if os.geteuid() != 0:
         sys.exit("run as root (network namespaces, bpf)")
@@ -327,6 +373,9 @@ def main() -> None:
         for ace in (0b001, 0b010, 0b011, 0b101, 0b110):
             for line in classic_client_meets_accecn_synack(ace)[1:]:
                 print("  " + line)
+        print("\nSACK blocks and the AccECN option in one option space (timestamps on):")
+        for line in sack_precedence(cc.name):
+            print("  " + line)
         print("\nThe kernel receives a segment three times, as if its ACKs were lost:")
         for line in options_dropped(cc.name):
             print("  " + line)
