@@ -1,21 +1,29 @@
 """Accurate ECN against this machine's kernel over TUN, in a namespace the test makes.
 
 Linux 6.18 carries the whole AccECN machinery but caps ``net.ipv4.tcp_ecn`` at 2
-(``tcp_ecn_mode_max``; "tcp: accecn: enable AccECN" raised it to 5 after 6.18): on such a
-kernel writing 3 fails with EINVAL and the kernel never negotiates AccECN. So:
+(``tcp_ecn_mode_max``; "tcp: accecn: enable AccECN" raised it to 5 after 6.18): writing 3
+fails with EINVAL. Its negotiation already asks for and accepts AccECN for a congestion
+control flagged ``TCP_CONG_NEEDS_ACCECN`` (``tcp_ecn_send_syn``, ``tcp_ecn_create_request``),
+so where the sysctl is refused the kernel's sockets use such a controller, Reno loaded as BPF
+struct_ops for the test's lifetime (tests/bpf_accecn_ca.py). So:
 
-- **Fallbacks, on every kernel**: our AccECN client (``tcp_ecn=3``) meets the kernel's
-  listener with ``tcp_ecn=2`` (RFC 3168 answer: ECE alone) and ``tcp_ecn=0`` (no ECN); the
-  kernel's RFC 3168 client (``tcp_ecn=1``) meets our AccECN listener. Checked in a pcap and
-  in the kernel's ``tcp_info`` and ``ss -ti``.
-- **AccECN both ways, where the kernel allows ``tcp_ecn=3``** (skipped otherwise): usertcp
-  as client and as server, the handshake's ACE encodings, ECT(0), the option both ways in a
-  pcap, and the kernel's tcp_info AccECN counters against ours, with every few of our data
-  packets CE-marked on the way out (as a marking router would).
+- **Fallbacks**: our AccECN client (``tcp_ecn=3``) meets the kernel's listener with
+  ``tcp_ecn=2`` (RFC 3168 answer: ECE alone) and ``tcp_ecn=0`` (no ECN); the kernel's RFC
+  3168 client (``tcp_ecn=1``) meets our AccECN listener. Checked in a pcap and in the
+  kernel's ``tcp_info``.
+- **AccECN both ways** (``tcp_ecn=3`` in the namespace, or the BPF controller; skipped only
+  where neither is possible): usertcp as client and as server, the handshake's ACE
+  encodings, ECT(0), the option both ways in a pcap, and the kernel's tcp_info AccECN
+  counters against ours, with every few of our data packets CE-marked on the way out (as a
+  marking router would).
+
+(iproute2 6.1's ``ss -ti`` on this machine prints no ECN or AccECN field at all, only the
+controller's name: the kernel's ``tcp_info`` is the evidence; ss's lines go to the log.)
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import subprocess
@@ -26,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from bpf_accecn_ca import AccEcnCongestionControl
 from netns_helpers import namespace_fixture
 from usertcp import socket as usocket
 from usertcp.net import netns
@@ -59,12 +68,32 @@ def ns() -> Iterator[str]:
     yield from namespace_fixture()
 
 
-def _kernel_accecn(ns: str) -> None:
-    """``net.ipv4.tcp_ecn=3`` in the namespace, or skip where the kernel refuses it."""
+@pytest.fixture
+def kernel_accecn(ns: str) -> Iterator[bytes | None]:
+    """The kernel side of the namespace made to negotiate AccECN: ``net.ipv4.tcp_ecn=3``
+    (None: nothing more to do), or, where the kernel refuses it (Linux 6.18), the name of a
+    ``TCP_CONG_NEEDS_ACCECN`` controller for the kernel's sockets (``TCP_CONGESTION``).
+    Skips where neither works."""
     try:
         netns.set_sysctl(ns, "net.ipv4.tcp_ecn", "3")
     except OSError as exc:
-        pytest.skip(f"this kernel refuses net.ipv4.tcp_ecn=3 ({exc}): Linux 6.18 caps it at 2")
+        refused = exc
+    else:
+        yield None
+        return
+    try:
+        cc = AccEcnCongestionControl(f"utacc{os.getpid() % 100000}")
+    except (OSError, ValueError) as exc:
+        pytest.skip(f"this kernel refuses net.ipv4.tcp_ecn=3 ({refused}) and a BPF controller "
+                    f"with TCP_CONG_NEEDS_ACCECN ({exc})")
+    with cc:
+        yield cc.name.encode()
+
+
+def _use_cc(sock: socket.socket, cc: bytes | None) -> socket.socket:
+    if cc is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc)
+    return sock
 
 
 def kernel_info(sock: socket.socket) -> dict[str, int]:
@@ -172,9 +201,8 @@ def _kernel_server(server: socket.socket, got: dict[str, object]) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_usertcp_client_kernel_server(ns: str, tmp_path: Path) -> None:
-    _kernel_accecn(ns)
-    server = netns.call_in_namespace(ns, socket.create_server, ("0.0.0.0", PORT))
+def test_usertcp_client_kernel_server(ns: str, tmp_path: Path, kernel_accecn: bytes | None) -> None:
+    server = _use_cc(netns.call_in_namespace(ns, socket.create_server, ("0.0.0.0", PORT)), kernel_accecn)
     server.settimeout(20)
     got: dict[str, object] = {}
     thread = threading.Thread(target=lambda: netns.call_in_namespace(ns, _kernel_server, server, got),
@@ -214,8 +242,10 @@ def test_usertcp_client_kernel_server(ns: str, tmp_path: Path) -> None:
     assert isinstance(info, dict)
     print("kernel:", info, "\nours:", {k: v for k, v in ours.items() if "_ce" in k or "accecn" in k})
     print(got["ss"])
-    # The kernel negotiated AccECN: not RFC 3168's TCPI_OPT_ECN, but ECN seen; the option both ways.
-    assert not info["tcpi_options"] & TCPI_OPT_ECN and info["tcpi_options"] & TCPI_OPT_ECN_SEEN
+    # The kernel negotiated AccECN: TCPI_OPT_ECN (any ECN mode in 6.18's tcp_get_info) and ECN
+    # seen, as ours; AccECN rather than RFC 3168: the counters and the option both ways.
+    assert info["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
+    assert ours["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
     assert info["tcpi_accecn_opt_seen"] == OPT_COUNTER_SEEN and info["tcpi_accecn_fail_mode"] == 0
     # The kernel counted our CE marks exactly, and its feedback gave us the same count.
     assert marker.marked > 5
@@ -228,8 +258,10 @@ def test_usertcp_client_kernel_server(ns: str, tmp_path: Path) -> None:
     _check_wire(_segments(pcap), client_is_us=True)
 
 
-def _kernel_client(got: dict[str, object]) -> None:
-    with socket.create_connection((US, PORT), timeout=15) as s:
+def _kernel_client(got: dict[str, object], cc: bytes | None) -> None:
+    with _use_cc(socket.socket(), cc) as s:
+        s.settimeout(15)
+        s.connect((US, PORT))
         s.sendall(bytes(SIZE // 3))
         n = 0
         while n < SIZE:
@@ -245,8 +277,7 @@ def _kernel_client(got: dict[str, object]) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_kernel_client_usertcp_server(ns: str, tmp_path: Path) -> None:
-    _kernel_accecn(ns)
+def test_kernel_client_usertcp_server(ns: str, tmp_path: Path, kernel_accecn: bytes | None) -> None:
     pcap = tmp_path / "accecn-server.pcap"
     dev = TunDevice.open("utacc1", offload=False, netns=ns)
     got: dict[str, object] = {}
@@ -263,7 +294,8 @@ def test_kernel_client_usertcp_server(ns: str, tmp_path: Path) -> None:
                 lst.bind((US, PORT))
                 lst.listen(4)
                 lst.settimeout(15)
-                thread = threading.Thread(target=lambda: netns.call_in_namespace(ns, _kernel_client, got),
+                thread = threading.Thread(target=lambda: netns.call_in_namespace(ns, _kernel_client, got,
+                                                                                  kernel_accecn),
                                           daemon=True)
                 thread.start()
                 conn, _ = lst.accept()
@@ -287,7 +319,8 @@ def test_kernel_client_usertcp_server(ns: str, tmp_path: Path) -> None:
     info = got["info"]
     assert isinstance(info, dict)
     print("kernel:", info, "\nours:", {k: v for k, v in ours.items() if "_ce" in k or "accecn" in k})
-    assert not info["tcpi_options"] & TCPI_OPT_ECN and info["tcpi_options"] & TCPI_OPT_ECN_SEEN
+    assert info["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
+    assert ours["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
     assert info["tcpi_accecn_opt_seen"] == OPT_COUNTER_SEEN and info["tcpi_accecn_fail_mode"] == 0
     assert marker.marked > 5
     assert info["tcpi_received_ce"] == marker.marked == ours["tcpi_delivered_ce"]

@@ -256,8 +256,24 @@ def test_dctcp_holds_the_queue_near_the_marking_point_where_cubic_fills_it(aqm: 
     assert d_goodput > 0.8, d_goodput
 
 
+@pytest.mark.slow
+def test_dctcp_window_grows_back_to_the_marking_point_on_a_long_fat_path() -> None:
+    """100 Mbit/s, 10 ms (83 packets in flight), marking from 20 queued: after slow start's
+    first reduction DCTCP's window grows back in congestion avoidance until the queue reaches
+    the marking point again, and keeps being trimmed there. That growth needs TSO deferral
+    for cwnd room to count as cwnd-limited (tcp_tso_should_defer sets *is_cwnd_limited):
+    without it the window stalled a few packets short of the marking point (25 marks, 2
+    reductions in 10 MB)."""
+    from usertcp.bench import dctcp as bench
+    run = bench.bottleneck("dctcp_step", size=10_000_000, mbit=100.0, rtt_ms=10.0, queue_limit=200)
+    assert int(run.summary["ce_marked"]) > 100, run.summary
+    assert int(run.summary["ecn_cwnd_reductions"]) >= 5, run.summary
+    assert run.summary["queue_drops"] == 0
+
+
 def test_bench_dctcp_reports_every_scenario_and_plots(tmp_path: Path) -> None:
-    """``usertcp bench dctcp``: the four scenarios side by side, and the plot when asked."""
+    """``usertcp bench dctcp``: the scenarios side by side, each on the feedback it names,
+    and the plot when asked."""
     from usertcp.bench import dctcp as bench
     out = bench.run(size=1_000_000, plot=str(tmp_path / "q.png"))
     assert set(bench.SCENARIOS) <= set(out)
@@ -265,4 +281,8 @@ def test_bench_dctcp_reports_every_scenario_and_plots(tmp_path: Path) -> None:
     assert step["queue_drops"] == 0 and step["ce_marked"] > 0 and 0 <= step["alpha_end"] <= 1024
     assert taildrop["queue_delay_mean_ms"] > step["queue_delay_mean_ms"]
     assert 0 < out["dctcp_step_vs_cubic_taildrop_delay_ratio"] < 1
+    assert [out[name]["feedback"] for name in bench.SCENARIOS] == [
+        "rfc3168", "rfc3168", "accecn", "rfc3168", "none"]
+    acc = out["dctcp_accecn_step"]
+    assert acc["queue_drops"] == 0 and acc["ce_marked"] > 0 and acc["ecn_cwnd_reductions"] > 0
     assert (tmp_path / "q.png").stat().st_size > 1000

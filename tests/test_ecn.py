@@ -78,8 +78,11 @@ def test_negotiation_matrix(client: int, server: int) -> None:
 
 
 def test_synack_with_ece_and_cwr_is_not_ecn_setup() -> None:
-    """RFC 3168 §6.1.1 / Linux tcp_ecn_rcv_synack: ECE|CWR in a SYN-ACK means no ECN."""
-    for flags, ok in (("S.E", True), ("S.EW", False), ("S.", False), ("S.W", False)):
+    """RFC 3168 §6.1.1: ECE|CWR in a SYN-ACK is no RFC 3168 setup. Linux 6.18's
+    tcp_ecn_rcv_synack takes it (and CWR alone, ACE 010) as an AccECN answer even for an
+    RFC 3168 client, as this machine's kernel does (tools/kernel_accecn_probe.py)."""
+    for flags, ok, accecn in (("S.E", True, False), ("S.EW", False, True), ("S.", False, False),
+                              ("S.W", False, True)):
         p = ecn_peer(1)
         conn = p.connect()
         syn = p.expect("S", 0)
@@ -87,6 +90,7 @@ def test_synack_with_ece_and_cwr_is_not_ecn_setup() -> None:
         p.send(flags, 0, 1)
         p.expect(".", 1, 1)
         assert bool(conn.ecn_flags & ECN_OK) is ok, flags
+        assert (conn.accecn is not None) is accecn, flags
 
 
 @pytest.mark.parametrize("flags,tos,ok", [
@@ -361,6 +365,54 @@ def test_link_aqm_marks_ect_and_drops_not_ect() -> None:
     assert got == [ECT0, ECT0, CE, CE]
     with pytest.raises(ValueError):
         LinkConfig(ecn_threshold=0)
+
+
+def _ramp_marks_by_queue_length(seed: int, burst: int) -> tuple[list[bool], list[int]]:
+    """A burst of ECT(0) packets sent at once over a (4, 12) ramp on a -> b only: whether the
+    packet that met i queued ones arrived CE, and the ECN fields of a burst sent b -> a."""
+    ramp = LinkConfig(delay=0.001, bandwidth_bps=1e6, queue_limit=100, ecn_ramp=(4, 12))
+    plain = LinkConfig(delay=0.001, bandwidth_bps=1e6, queue_limit=100)
+    pair = make_pair(ramp, seed=seed)
+    pair.link.set_config(ramp, plain)
+    got: list[bool] = []
+    back: list[int] = []
+
+    def on_ab(data: bytes, _t: float, _d: object) -> None:
+        seg = parse_packet(data)
+        if seg.sport == 1:                 # the burst, not the hosts' resets of these strays
+            got.append(seg.ecn == CE)
+
+    def on_ba(data: bytes, _t: float, _d: object) -> None:
+        seg = parse_packet(data)
+        if seg.sport == 1:
+            back.append(seg.ecn)
+    pair.net.add_tap(on_ab, link=pair.link.ab, where="deliver")
+    pair.net.add_tap(on_ba, link=pair.link.ba, where="deliver")
+    a, b = pair.net.hosts[0], pair.net.hosts[1]
+    for src, dst in ((a, bytes([10, 0, 0, 2])), (b, bytes([10, 0, 0, 1]))):
+        for i in range(burst):
+            pkt = build_packet(src=bytes([10, 0, 0, 1 if src is a else 2]), dst=dst, sport=1, dport=2,
+                               seq=i, ack=0, flags=ACK, window=0, tos=ECT0, payload=[bytes(1000)])
+            pair.net.transmit(src, pkt, 0.0)
+    pair.driver.run_for(2.0)
+    return got, back
+
+
+def test_link_ramp_marks_by_queue_length_per_direction() -> None:
+    """The ramp AQM (``ecn_ramp=(min, max)``): a packet meeting at most ``min`` queued ones is
+    never marked, one meeting ``max`` or more always, in between with probability
+    (q - min) / (max - min); the other direction, configured without it, marks nothing."""
+    burst, trials = 16, 300
+    hits = [0] * burst
+    for seed in range(trials):
+        got, back = _ramp_marks_by_queue_length(seed, burst)
+        assert len(got) == burst and back == [ECT0] * burst
+        for i, marked in enumerate(got):
+            hits[i] += marked
+    for q in range(burst):
+        frac = hits[q] / trials
+        want = 0.0 if q <= 4 else 1.0 if q >= 12 else (q - 4) / 8
+        assert abs(frac - want) < 0.1, (q, frac, want)
 
 
 def test_impaired_endpoint_ce_marks() -> None:

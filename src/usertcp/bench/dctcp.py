@@ -6,11 +6,14 @@ machine), for each of:
 
 * ``dctcp_step``: DCTCP (RFC 8257) with a step marker at K packets, as DCTCP's switches do;
 * ``dctcp_ramp``: DCTCP with a linear marking ramp between two queue lengths;
+* ``dctcp_accecn_step``: DCTCP on Accurate ECN feedback (RFC 9768, ``tcp_ecn=3`` both
+  ends: every CE mark counted, not one echo per window of marks) behind the step marker;
 * ``cubic_ecn_step``: CUBIC with RFC 3168 ECN behind the same step marker;
 * ``cubic_taildrop``: CUBIC behind a plain tail-drop queue.
 
 For each: the queueing delay every packet met (mean, p50, p99, max, in ms), the link
-utilisation (goodput over link rate), CE marks, queue drops and retransmissions. With
+utilisation (goodput over link rate), CE marks, queue drops, retransmissions and the ECN
+feedback negotiated. With
 ``plot=PATH`` (needs ``usertcp[plot]``) the queueing delay over time of every run is drawn.
 """
 
@@ -23,12 +26,14 @@ from typing import Any
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import Connection
+from usertcp.tcp.info import TCPI_OPT_ECN
 from usertcp.testing import Pair, pair
 
 SCENARIOS: dict[str, tuple[str, int, dict[str, Any]]] = {
     # name: (congestion control, tcp_ecn, AQM fields of LinkConfig)
     "dctcp_step": ("dctcp", 1, {"ecn_threshold": 20}),
     "dctcp_ramp": ("dctcp", 1, {"ecn_ramp": (10, 30)}),
+    "dctcp_accecn_step": ("dctcp", 3, {"ecn_threshold": 20}),
     "cubic_ecn_step": ("cubic", 1, {"ecn_threshold": 20}),
     "cubic_taildrop": ("cubic", 0, {}),
 }
@@ -40,7 +45,7 @@ class Run:
 
     name: str
     samples: list[tuple[float, float]]
-    summary: dict[str, float | int]
+    summary: dict[str, float | int | str]
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -83,7 +88,15 @@ def bottleneck(name: str, *, size: int, mbit: float, rtt_ms: float, queue_limit:
         "retransmits": p.a.counters.get("TcpRetransSegs", 0),
         "ecn_cwnd_reductions": p.a.counters.get("UsertcpECNCwndReductions", 0),
         "alpha_end": int(client.cc.state_info().get("dctcp_alpha", -1)),
+        "feedback": _feedback(client),
     })
+
+
+def _feedback(conn: Connection) -> str:
+    """The ECN feedback the handshake settled on: "accecn", "rfc3168" or "none"."""
+    if conn.accecn is not None:
+        return "accecn"
+    return "rfc3168" if conn.info()["tcpi_options"] & TCPI_OPT_ECN else "none"
 
 
 def _transfer(p: Pair, client: Connection, server: Connection, data: bytes) -> bytes:

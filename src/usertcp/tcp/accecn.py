@@ -203,9 +203,12 @@ class AccEcn:
         return ACE_FLAGS
 
     def synack_option_wanted(self, timeouts: int) -> bool:
-        """Does our SYN-ACK carry the option (tcp_synack_options: not after a timeout,
-        in case a middlebox drops SYN-ACKs with unknown options)?"""
-        return self.option_mode > 0 and timeouts < 1
+        """Does our SYN-ACK carry the option (tcp_synack_options: ``req->num_timeout < 1``,
+        in case a middlebox drops SYN-ACKs with unknown options)? ``timeouts`` counts this
+        retransmission; reqsk_timer_handler counts it only after inet_rtx_syn_ack, so the
+        first retransmission still carries the option and later ones do not, as this
+        machine's kernel shows (tools/kernel_accecn_probe.py)."""
+        return self.option_mode > 0 and timeouts < 2
 
     def accept_syn(self, ecn: int) -> None:
         """A listener takes an AccECN SYN (tcp_ecn_create_request / tcp_ecn_rcv_syn)."""
@@ -492,6 +495,19 @@ def _new(cfg: StackConfig) -> AccEcn:
 def accecn_for_active_open(cfg: StackConfig) -> AccEcn | None:
     """tcp_ecn_send_syn: only ``tcp_ecn=3`` asks for AccECN on an active open."""
     return _new(cfg) if cfg.ecn == ECN_ACCECN else None
+
+
+def accecn_for_classic_synack(cfg: StackConfig, seg: Segment, syn_tos: int) -> AccEcn | None:
+    """Linux 6.18 tcp_ecn_rcv_synack runs for any ECN-setup SYN, and its default case (ACE
+    010, 011, 100, 110) does not test tcp_ecn_mode_pending: an RFC 3168 client (``tcp_ecn``
+    1 or 4, whose SYN was ``syn_tos``) answered so runs AccECN, as this machine's kernel
+    does (tools/kernel_accecn_probe.py). None for the other ACE values."""
+    if not seg.flags & ACK or ace_of(seg.flags) in (0, 1, 5, 7):
+        return None
+    acc = _new(cfg)
+    acc.note_syn_sent(syn_tos)
+    acc.synack_outcome(seg.flags, seg.ecn, seg.accecn)
+    return acc
 
 
 def accecn_for_syn(seg: Segment, cfg: StackConfig) -> AccEcn | None:

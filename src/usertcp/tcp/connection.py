@@ -699,7 +699,8 @@ class Connection:
         if st is State.SYN_RECEIVED and self.handshake.syn_received_sequence(seg, now):
             return True
         seg_len = plen + (1 if flags & SYN else 0) + (1 if flags & FIN else 0)
-        if self._acceptable(seg_off, seg_len, max(self.rcv_adv - self.rcv_nxt, 0)):
+        if self._acceptable(seg_off, seg_len, max(self.rcv_adv - self.rcv_nxt, 0)) or (
+                seg_len == plen and seg_off + plen == self.rcv_nxt):   # tcp_sequence: data to rcv_wup
             return False
         mib = self.mib
         # Linux tcp_sequence (RCV.NXT standing in for rcv_wup, the last window update).

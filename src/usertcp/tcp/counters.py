@@ -22,6 +22,8 @@ HOT_NAMES: Final = (
     # Received packets by ECN codepoint (Linux ip_rcv_core / ip6_rcv_core IPSTATS_MIB_*ECT*PKTS).
     "IpExtInNoECTPkts", "IpExtInECT1Pkts", "IpExtInECT0Pkts", "IpExtInCEPkts",
     "Ip6InNoECTPkts", "Ip6InECT1Pkts", "Ip6InECT0Pkts", "Ip6InCEPkts",
+    # Packets ACKs delivered, and of those the ones reported CE-marked (tcp_newly_delivered).
+    "TcpExtTCPDelivered", "TcpExtTCPDeliveredCE",
 )
 _HOT_INDEX: Final = {name: i for i, name in enumerate(HOT_NAMES)}
 
@@ -29,9 +31,9 @@ _HOT_INDEX: Final = {name: i for i, name in enumerate(HOT_NAMES)}
 class HotCounters:
     """The per-segment counters as native integers (see the module docstring)."""
 
-    __slots__ = ("delayed_acks", "hp_acks", "hp_hits", "in_ce4", "in_ce6", "in_ect0_4", "in_ect0_6",
-                 "in_ect1_4", "in_ect1_6", "in_noect4", "in_noect6", "in_segs", "out_segs", "pure_acks",
-                 "slow_path_segs")
+    __slots__ = ("delayed_acks", "delivered", "delivered_ce", "hp_acks", "hp_hits", "in_ce4", "in_ce6",
+                 "in_ect0_4", "in_ect0_6", "in_ect1_4", "in_ect1_6", "in_noect4", "in_noect6", "in_segs",
+                 "out_segs", "pure_acks", "slow_path_segs")
 
     def __init__(self) -> None:
         self.in_segs = 0             # TcpInSegs (set again in reset())
@@ -43,6 +45,8 @@ class HotCounters:
         self.slow_path_segs = 0      # UsertcpSlowPathSegs
         self.in_noect4 = self.in_ect1_4 = self.in_ect0_4 = self.in_ce4 = 0
         self.in_noect6 = self.in_ect1_6 = self.in_ect0_6 = self.in_ce6 = 0
+        self.delivered = 0           # TcpExtTCPDelivered
+        self.delivered_ce = 0        # TcpExtTCPDeliveredCE
 
     def count_ecn_in(self, v4: bool, ecn: int) -> None:
         """One received IPv4 (``v4``) or IPv6 packet with ECN codepoint ``ecn`` (0..3)."""
@@ -69,7 +73,8 @@ class HotCounters:
         return (self.in_segs, self.out_segs, self.hp_hits, self.hp_acks, self.pure_acks,
                 self.delayed_acks, self.slow_path_segs,
                 self.in_noect4, self.in_ect1_4, self.in_ect0_4, self.in_ce4,
-                self.in_noect6, self.in_ect1_6, self.in_ect0_6, self.in_ce6)
+                self.in_noect6, self.in_ect1_6, self.in_ect0_6, self.in_ce6,
+                self.delivered, self.delivered_ce)
 
     def get(self, name: str) -> int:
         return self.values()[_HOT_INDEX[name]]
@@ -91,8 +96,12 @@ class HotCounters:
             self.delayed_acks = value
         elif i == 6:
             self.slow_path_segs = value
-        else:
+        elif i < 15:
             self._set_ecn(i - 7, value)
+        elif i == 15:
+            self.delivered = value
+        else:
+            self.delivered_ce = value
 
     def _set_ecn(self, i: int, value: int) -> None:
         if i == 0:
@@ -117,6 +126,7 @@ class HotCounters:
         self.delayed_acks = self.slow_path_segs = 0
         self.in_noect4 = self.in_ect1_4 = self.in_ect0_4 = self.in_ce4 = 0
         self.in_noect6 = self.in_ect1_6 = self.in_ect0_6 = self.in_ce6 = 0
+        self.delivered = self.delivered_ce = 0
 
 
 class Counters:

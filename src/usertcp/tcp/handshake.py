@@ -14,13 +14,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from usertcp.tcp.accecn import AccEcn as AccEcn  # the control block's type (Connection.accecn)
-from usertcp.tcp.accecn import accecn_for_active_open, accecn_for_syn, settle_accecn
+from usertcp.tcp.accecn import (
+    accecn_for_active_open,
+    accecn_for_classic_synack,
+    accecn_for_syn,
+    settle_accecn,
+)
 from usertcp.tcp.config import ECN_ACCECN_IN_ECN_OUT, ECN_ON
 from usertcp.tcp.congestion import congestion_needs_ecn
 from usertcp.tcp.recovery import ECN_OK, INF
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import State
-from usertcp.wire.segment import ACK, AE, CWR, ECE, ECN_NOT_ECT, FIN, RST, SYN, Segment
+from usertcp.wire.segment import ACK, AE, CWR, ECE, ECN_ECT0, ECN_NOT_ECT, FIN, RST, SYN, Segment
 
 if TYPE_CHECKING:
     from usertcp.tcp.config import StackConfig
@@ -116,6 +121,10 @@ class Handshake:
             # fallback to RFC 3168 or to no ECN.
             c.accecn, rfc3168 = settle_accecn(c.accecn, seg)
             c.ecn_flags = ECN_OK if rfc3168 else 0
+        elif c.ecn_flags & ECN_OK:
+            c.accecn = accecn_for_classic_synack(c.config, seg, ECN_ECT0 if c.cc.needs_ecn else 0)
+            if c.accecn is not None:
+                c.ecn_flags = 0          # Linux 6.18: an AccECN SYN-ACK makes even RFC 3168 AccECN
         if c.ecn_flags & ECN_OK:
             # RFC 3168 §6.1.1: a SYN-ACK sets ECN up with ECE alone (ECE|CWR is not a setup:
             # Linux tcp_ecn_rcv_synack); a crossing SYN needs both (tcp_ecn_rcv_syn).
@@ -141,7 +150,11 @@ class Handshake:
         c.max_snd_wnd = c.snd_wnd
         c.snd_wl1 = 0
         c.snd_wl2 = seq_diff(seg.ack, c.iss)
+        prior_delivered = c.delivered_segs
         c.recovery.ack_advance(seq_diff(seg.ack, c.iss), now)
+        # TcpExtTCPDelivered: tcp_ack's tcp_newly_delivered counts the SYN (and any SYN data);
+        # the SYN's tp->delivered itself is added with the state change (Connection.set_state).
+        c.hot.delivered += c.delivered_segs - prior_delivered + 1
         c.stack.on_synack(c, seg, now)
         c.set_state(State.ESTABLISHED, now)
         c.rtt.reset_backoff()

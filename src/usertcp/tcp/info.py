@@ -70,10 +70,12 @@ def _options(conn: Connection) -> int:
         opts |= TCPI_OPT_SACK
     if conn.ws_ok:
         opts |= TCPI_OPT_WSCALE
-    if conn.ecn_flags & ECN_OK:
+    acc = conn.accecn
+    if conn.ecn_flags & ECN_OK or acc is not None:
+        # tcp_ecn_mode_any(): RFC 3168, AccECN, or an AccECN SYN pending (Linux 6.18 tcp_get_info)
         opts |= TCPI_OPT_ECN
-    if conn.ecn_flags & ECN_SEEN or (conn.accecn is not None and conn.accecn.seen):
-        opts |= TCPI_OPT_ECN_SEEN       # AccECN sets TCP_ECN_SEEN too (not TCPI_OPT_ECN)
+    if conn.ecn_flags & ECN_SEEN or (acc is not None and acc.seen):
+        opts |= TCPI_OPT_ECN_SEEN       # AccECN sets TCP_ECN_SEEN too
     if conn.syn_data_acked:
         opts |= TCPI_OPT_SYN_DATA
     return opts

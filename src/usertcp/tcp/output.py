@@ -56,9 +56,9 @@ PACING_UNLIMITED: Final = (1 << 64) - 1  # ~0ULL: sk_pacing_rate before any RTT 
 class Output:
     """The transmit side of one connection: its Nagle/cork state and the segments it builds."""
 
-    __slots__ = ("bytes_retrans", "bytes_sent", "chrono", "conn", "corked", "data_sent_time", "force_push",
-                 "mid_write", "more_pending", "nagle_off", "pacer", "push_end", "snd_sml", "ts_last",
-                 "xmit_budget")
+    __slots__ = ("bytes_retrans", "bytes_sent", "chrono", "conn", "corked", "cwnd_deferred", "data_sent_time",
+                 "force_push", "mid_write", "more_pending", "nagle_off", "pacer", "push_end", "snd_sml",
+                 "ts_last", "xmit_budget")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -68,6 +68,7 @@ class Output:
         self.more_pending = False      # inside a send(MSG_MORE): hold its partial segment
         self.push_end = 0              # stream end of the last write without MSG_MORE (PSH mark)
         self.force_push = False        # one push overriding cork/MSG_MORE (TCP_NODELAY set, uncork)
+        self.cwnd_deferred = False     # tso_defer held data for cwnd room (*is_cwnd_limited)
         self.mid_write = False         # a push inside send(): more of the same write follows
         self.xmit_budget = -1          # bytes of new data this output may send (-1: no limit)
         self.ts_last = 0               # the last TSval sent, before the offset (RFC 7323 §5.4)
@@ -361,7 +362,8 @@ class Output:
         # Linux tcp_write_xmit ends with tcp_cwnd_validate(): cwnd-limited when the flight
         # fills the window (in whole segments, as Linux counts packets).
         cc = c.cc
-        limited = c.in_flight + c.mss > cc.cwnd
+        limited = c.in_flight + c.mss > cc.cwnd or self.cwnd_deferred   # or TSO deferral for cwnd
+        self.cwnd_deferred = False
         if sent or limited:
             cc.validate(c.snd_una, c.snd_nxt, c.snd_nxt - c.snd_una, limited)
             if (not cc.is_cwnd_limited() and c.sock_nospace and not c.unsent_bytes
@@ -600,6 +602,7 @@ class Output:
             return False                # the next ACK comes too late
         if cong_win < send_win:
             if cong_win <= skb_len:
+                self.cwnd_deferred = True   # tcp_tso_should_defer sets *is_cwnd_limited
                 return True             # cwnd-limited
         elif send_win <= skb_len:
             return True                 # rwnd-limited

@@ -458,6 +458,7 @@ class Recovery:
                             app_limited=not c.cc.is_cwnd_limited())
         if ece or c.accecn is not None:
             ece = self._ecn_feedback(seg, ece, ack_off, prior_una, prior_delivered, sacked_before)
+        c.hot.delivered += c.delivered_segs - prior_delivered     # tcp_newly_delivered
         if ack_off > prior_una or newly_sacked:
             # Linux tcp_in_ack_event: what the controller sees of every delivering ACK.
             c.cc.on_ack_event(c.delivered_segs, ece and c.accecn is None, ack_off, c.snd_max)
@@ -495,6 +496,7 @@ class Recovery:
         acc = c.accecn
         if acc is None:
             self.delivered_ce += delivered
+            c.hot.delivered_ce += delivered          # TcpExtTCPDeliveredCE (tcp_newly_delivered)
             return ece
         if prior_una and acc.on_segment(seg):
             c.rx.ack_now = True
@@ -505,6 +507,7 @@ class Recovery:
                              c.sack_ok or self.ca_state in (CA_OPEN, CA_CWR), c.mss, c.snd_max)
         if ce:
             c.cc.on_delivered_ce(ce)
+            c.hot.delivered_ce += ce
         return ce > 0
 
     def _cumulative_ack(self, ack_off: int, seg: Segment, ece: bool, newly_sacked: int,
@@ -604,14 +607,15 @@ class Recovery:
                     self.lost_bytes -= cut
                 if r.retrans:
                     self.retrans_bytes -= cut
-                # Linux tcp_tso_acked: the whole packets of a partly acked skb are delivered
-                # (tcp_clean_rtx_queue's tcp_count_delivered) and give an RTT sample.
                 mss = max(c.mss, 1)
-                whole = (r.end - r.start + mss - 1) // mss - (r.end - ack_off + mss - 1) // mss
-                if whole > 0:
-                    c.delivered_segs += whole
-                    if r.tx_count == 1:
-                        rtt_sample = now - r.tx_time
+                fin = 1 if r.fin else 0
+                # Linux tcp_tso_acked: the packets the trimmed head held are delivered
+                # (tcp_clean_rtx_queue adds acked_pcount to tp->delivered), so that DCTCP's
+                # alpha, tcpi_delivered(_ce) and AccECN see them now, not when the rest is.
+                whole = (r.end - r.start - fin + mss - 1) // mss - (r.end - ack_off - fin + mss - 1) // mss
+                c.delivered_segs += whole
+                if r.tx_count == 1 and whole > 0:
+                    rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
             r.start = ack_off
         self._rtt_samples(rtt_sample, ack_off, ts_ecr, now)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
@@ -716,7 +720,9 @@ class Recovery:
         if c.snd_wnd and tm.probe_deadline != INF:
             tm.probe_deadline = INF
             tm.probes_out = 0
+        prior_delivered = c.delivered_segs
         self.ack_advance(ack_off, now, ts_ecr if ts_val >= 0 else 0)
+        c.hot.delivered += c.delivered_segs - prior_delivered     # tcp_newly_delivered
         c.cc.on_ack_event(c.delivered_segs, False, ack_off, c.snd_max)
         self.dupacks = 0
         tm.tlp_deadline = INF
