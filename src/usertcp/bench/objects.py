@@ -254,7 +254,10 @@ def _receiver(mode: str, bed: _Bed, total: int, write: int,
     refill()
 
     def ring_step() -> bool:
-        if ring.cq_ready:
+        # Reap until the ring is quiet: a refill's operations may complete at once on bytes
+        # already buffered, and the driver checks this step only after an event (an idle
+        # link has none, and the receiver sends no window update for every pass).
+        while ring.cq_ready:
             mk = bed.mark()
             for c in ring.reap():
                 inflight[0] -= 1
