@@ -708,8 +708,11 @@ def test_objects_benchmark_reports_every_figure() -> None:
     for link in r["links"].values():
         assert set(link["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
         assert all(v > 0 for v in link["receiver_cpu_s_per_gb"].values())
-        assert list(link["sender_cpu_s_per_gb"]["objsend"]) == ["1KiB", "4KiB", "16KiB", "64KiB",
-                                                                "256KiB", "1MiB"]
+        for mode in ("copy", "zerocopy", "objsend"):
+            assert list(link["sender_cpu_s_per_gb"][mode]) == ["1KiB", "4KiB", "16KiB", "64KiB",
+                                                               "256KiB", "1MiB"]
+            assert all(v > 0 for v in link["sender_cpu_s_per_gb"][mode].values())
+        assert set(link["objsend_vs_zerocopy_pct_cheaper"]) == set(link["objsend_vs_copy_pct_cheaper"])
     # The offload link really carries large packets; the MSS link does not.
     assert r["links"]["offload"]["bytes_per_data_packet"]["capture"] > 16384
     assert r["links"]["mss"]["bytes_per_data_packet"]["capture"] <= 1500     # the MTU
@@ -717,6 +720,7 @@ def test_objects_benchmark_reports_every_figure() -> None:
         assert set(r[key]["receiver_cpu_s_per_gb"]) == {"recv", "capture", "discard"}
     assert r["tun_offload_kernel_sender"] == {"skipped": "not requested"}
     assert "MSG_ZEROCOPY" in r["msg_zerocopy"]
+    assert "send_objsend_vs_msg_zerocopy_pct_cheaper" in r["ours_offload"]
     assert r["anchors"]["send_1k_8_ranges_vs_1_times_cheaper"] == 3.6
     assert "send_1k_8_ranges_vs_1_times_cheaper" in r["ours_offload"]
 
