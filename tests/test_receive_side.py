@@ -264,3 +264,54 @@ def test_delayed_ack_timer_inflates_the_ato() -> None:
     peer.expect(".", 1, 101)
     assert conn.rx.ato == pytest.approx(0.08)
     assert conn.rx.delack_timeout() == pytest.approx(0.04)   # srtt ~0: the 40 ms floor bounds it
+
+
+def _acks_for_bulk(read_in_callback: bool) -> tuple[int, int]:
+    """(data segments the receiver took, segments it sent) for 2 MB over an MSS link, the
+    application reading inside on_readable or after each event."""
+    from usertcp.net.driver import VirtualTimeDriver
+    from usertcp.net.memnet import LinkConfig, Network
+    from usertcp.tcp.connection import Connection
+    from usertcp.tcp.stack import Stack
+
+    net = Network(seed=1)
+    a, b = Stack(["10.0.0.1"], name="a"), Stack(["10.0.0.2"], name="b")
+    net.connect(net.add_host(a, ["10.0.0.1"]), net.add_host(b, ["10.0.0.2"]), LinkConfig(delay=0.0001))
+    drv = VirtualTimeDriver(net)
+    lst = b.listen(9)
+    c = a.create_connection("10.0.0.2", 9)
+    a.connect(c, 0.0)
+    assert drv.run_until(lambda: bool(lst.accept_queue), 5)
+    s = lst.accept()
+    assert s is not None
+    total, sent, got = 2_000_000, 0, [0]
+
+    def read(conn: Connection) -> None:
+        got[0] += len(conn.recv(1 << 22, drv.now()))
+
+    if read_in_callback:
+        s.on_readable = read
+    segs_in, segs_out = b.counters["TcpInSegs"], b.counters["TcpOutSegs"]
+
+    def step() -> bool:
+        nonlocal sent
+        while sent < total and c.send_space > 0:
+            sent += c.send(bytes(min(65536, total - sent)), drv.now())
+        drv.kick()
+        if not read_in_callback and s.readable_bytes:
+            read(s)
+            drv.kick()
+        return got[0] >= total
+
+    assert drv.run_until(step, 100)
+    return b.counters["TcpInSegs"] - segs_in, b.counters["TcpOutSegs"] - segs_out
+
+
+def test_a_read_inside_on_readable_sends_no_second_ack() -> None:
+    # Linux tcp_cleanup_rbuf may send the ACK of two full frames from the reader; the
+    # scheduled ACK is then gone (tcp_event_ack_sent clears ICSK_ACK_NOW), so an
+    # application that reads inside the data callback costs no extra ACK per segment.
+    after = _acks_for_bulk(read_in_callback=False)
+    inside = _acks_for_bulk(read_in_callback=True)
+    assert after[0] == inside[0] > 1000
+    assert inside[1] == after[1] < 0.7 * inside[0], (after, inside)

@@ -243,7 +243,8 @@ class Store:
         self._next_sid = 1
         self._tx: dict[Connection, _TxStream] = {}
         self.stats = {"captured_bytes": 0, "discarded_bytes": 0, "sent_bytes": 0,
-                      "compactions": 0, "compacted_bytes": 0, "callback_errors": 0}
+                      "compactions": 0, "compacted_bytes": 0, "callback_errors": 0,
+                      "collector_passes": 0}
         # The stack-wide account this store's bytes count in (set by the first connection).
         self.mem = mem
         # id(buffer) -> [bytes charged, views of live versions on it]: each buffer charged once.
@@ -535,6 +536,7 @@ class Store:
 
     def _pump_rx(self, st: _Stream, *, in_cb: bool) -> None:
         """One collector pass: every pending op takes what arrived, then the front advances."""
+        self.stats["collector_passes"] += 1
         conn = st.conn
         rb = conn.rcv_buf
         front = st.front

@@ -167,6 +167,7 @@ class Output:
             ack = (c.irs + c.rcv_nxt) & SEQ_MASK
             c.last_ack_sent = c.rcv_nxt
             rx.ack_pending = 0
+            rx.ack_now = False         # Linux tcp_event_ack_sent: ICSK_ACK_NOW is cleared too
             tm.delack_deadline = INF
             if rx.comp.count:
                 rx.compressed_acks_sent()
