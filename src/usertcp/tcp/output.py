@@ -448,6 +448,7 @@ class Output:
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += r.end - r.start
         r.retrans = True
+        r.gso_size = mss if dlen > mss else 0      # tcp_set_skb_tso_segs(skb, cur_mss)
         rec.retrans_bytes += r.end - r.start
         r.tx_count += 1
         r.tx_time = now
@@ -650,7 +651,7 @@ class Output:
             buf.send_packet(start, start + size)   # tcp_grow_skb, tso_fragment
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off
-        rec.rtx.append(SentSegment(off, end, fin, now))
+        rec.rtx.append(SentSegment(off, end, fin, now, mss if multi else 0))
         c.snd_nxt = end
         if end > c.snd_max:
             c.snd_max = end

@@ -660,13 +660,14 @@ class Recovery:
                           c.tx.pacer.paced)
 
     def mark_oversized_lost(self) -> bool:
-        """Linux tcp_simple_retransmit after a path-MTU drop: every segment longer than the
-        new MSS is lost, and the loss state (no cwnd change) sends them now, ending recovery
-        at today's SND.MAX. True if anything was marked."""
+        """Linux tcp_simple_retransmit after a path-MTU drop or a lost MTU probe: every packet
+        whose segments are longer than the MSS (tcp_skb_seglen: a multi-segment packet's own
+        MSS, not its length) is lost, and the loss state (no cwnd change) sends them now,
+        ending recovery at today's SND.MAX. True if anything was marked."""
         c = self.conn
         marked = False
         for r in self.rtx:
-            if not r.sacked and r.end - r.start - (1 if r.fin else 0) > c.mss:
+            if not r.sacked and r.seglen > c.mss:
                 self.mark_lost(r)
                 marked = True
         if marked:
