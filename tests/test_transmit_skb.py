@@ -188,3 +188,20 @@ def test_tcp_info_bytes_and_pacing_in_linux_units() -> None:
     assert srtt is not None and info["tcpi_pacing_rate"] == int(2.0 * conn.cc.cwnd / srtt)
     assert info["tcpi_max_pacing_rate"] == (1 << 64) - 1
     assert info["tcpi_last_data_sent"] == 10
+
+
+def test_tcp_info_delivered_counts_every_segment_of_partly_acked_tso_packets() -> None:
+    """tcpi_delivered counts segments (tcp_count_delivered): an ACK that covers part of a
+    multi-segment packet delivers its whole segments acked (tcp_tso_acked's pcount), so ACKs
+    that cut 2-segment packets in half still count every segment, plus the SYN."""
+    peer, conn = _open(gso_max_size=65536)
+    peer.drain()
+    conn.nodelay = True
+    conn.send(b"x" * 8 * MSS, peer.now)
+    assert [len(s.seg.payload) for s in peer.drain()] == [2 * MSS] * 4   # tcp_tso_autosize
+    peer.advance(0.01)
+    for acked in (1, 3, 5, 7, 8):         # each ACK ends in the middle of a packet
+        peer.send(".", 1, 1 + acked * MSS)
+    info = conn.info(peer.now)
+    assert info["tcpi_bytes_acked"] == 8 * MSS + 1 and not conn.recovery.rtx
+    assert info["tcpi_delivered"] == 8 + 1

@@ -133,8 +133,7 @@ class Recovery:
         n = r.end - r.start
         r.sacked = True                  # the queue took it out of the send-time order
         self.sacked_bytes += n
-        mss = c.mss
-        c.delivered_segs += (n + mss - 1) // mss if n > mss > 0 else 1
+        c.delivered_segs += r.pcount
         if r.lost:
             self.lost_bytes -= n
             r.lost = False
@@ -583,7 +582,7 @@ class Recovery:
             if not r.sacked:
                 acked_unsacked += n
                 self.rack_note(r, now, self.fack_prior)
-                c.delivered_segs += max(1, (n - (1 if r.fin else 0) + c.mss - 1) // max(c.mss, 1))
+                c.delivered_segs += r.pcount
             if r.sacked:
                 self.sacked_bytes -= n
             else:
@@ -594,20 +593,9 @@ class Recovery:
             if r.tx_count == 1 and not r.sacked:
                 rtt_sample = now - r.tx_time   # Karn: only never-retransmitted segments
         if rtx and rtx[0].start < ack_off:
-            r = rtx[0]
-            cut = ack_off - r.start
-            if r.sacked:
-                self.sacked_bytes -= cut
-            else:
-                acked_unsacked += cut
-                if r.lost:
-                    self.lost_bytes -= cut
-                if r.retrans:
-                    self.retrans_bytes -= cut
-                mss = max(c.mss, 1)
-                if r.tx_count == 1 and (r.end - r.start - 1) // mss > (r.end - ack_off - 1) // mss:
-                    rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
-            r.start = ack_off
+            if self._ack_head_part(rtx[0], ack_off):
+                rtt_sample = now - rtx[0].tx_time
+            acked_unsacked += self.acked_unsacked
         self._rtt_samples(rtt_sample, ack_off, ts_ecr, now)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
         data_end = min(ack_off - 1, c.snd_buf.end)
@@ -638,6 +626,29 @@ class Recovery:
             tm.rto_deadline = now + c.rtt.timeout
         c.fin_acked(now)
         return acked
+
+    def _ack_head_part(self, r: SentSegment, ack_off: int) -> bool:
+        """Linux tcp_tso_acked: SND.UNA moved into the head record; its acked part goes
+        (tcp_trim_head) and its whole segments acked are delivered (the pcount it loses).
+        Sets ``acked_unsacked`` to the bytes newly acked here; True if the record gives an RTT
+        sample (never retransmitted, and whole segments acked)."""
+        c = self.conn
+        cut = ack_off - r.start
+        before = r.pcount
+        self.acked_unsacked = 0
+        if r.sacked:
+            self.sacked_bytes -= cut
+        else:
+            self.acked_unsacked = cut
+            if r.lost:
+                self.lost_bytes -= cut
+            if r.retrans:
+                self.retrans_bytes -= cut
+        r.start = ack_off
+        whole = before - r.pcount
+        if not r.sacked:
+            c.delivered_segs += whole       # tcp_clean_rtx_queue: tcp_count_delivered(acked_pcount)
+        return whole > 0 and r.tx_count == 1 and not r.sacked
 
     def _rtt_samples(self, rtt_sample: float | None, ack_off: int, ts_ecr: int, now: float) -> None:
         """The end of Linux tcp_clean_rtx_queue: the RTT estimator's sample, an MTU probe's

@@ -69,6 +69,14 @@ class SentSegment:
         gso = self.gso_size
         return gso if 0 < gso < n else n
 
+    @property
+    def pcount(self) -> int:
+        """Linux tcp_skb_pcount(): how many segments this record is (its MSS into its length),
+        1 for a single-segment one; what delivered counts when it is acked or SACKed."""
+        n = self.end - self.start - (1 if self.fin else 0)
+        gso = self.gso_size
+        return -(-n // gso) if 0 < gso < n else 1
+
     def split(self, at: int) -> SentSegment:
         """Cut this range at offset ``at`` and return the tail [at, end), which keeps the
         transmission history (as Linux tcp_fragment copies the skb's control block)."""
