@@ -58,7 +58,9 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 #   this machine's 6.18 enters CWR and gives cwnd 5, as we do (tools/kernel_cc_probe.py).
 # - mtu_probe/basic-v4@ipv6, basic-v6: their `ip route change` names a route to 192.0.2.1 (an IPv4
 #   peer) or to 2001:DB8::1 (packetdrill's built-in IPv6 peer); the runner's IPv6 peer is ksft's
-#   fd3d:fa7b:d17d::1, so the kernel would answer ENOENT, as the runner does.
+#   fd3d:fa7b:d17d::1, so the kernel would answer ENOENT, as the runner does. packetdrill's own
+#   run_all.py runs *-v4.pkt over IPv4 and *-v6.pkt over IPv6 only, the latter with the built-in
+#   addresses: with those basic-v6 passes (test_drill_mtu.py).
 # The corpus grew from 56 to 167 scripts (the whole upstream gtests/net/tcp tree plus packetdrill's
 # own tests); the entries that came with it are the open fidelity work: the transmit path (skbs and
 # TSO, MSG_EOR, MSG_ZEROCOPY, SO_TIMESTAMPING, TCP_NOTSENT_LOWAT and epoll, sendfile/splice, MTU
