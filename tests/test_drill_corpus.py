@@ -44,8 +44,10 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 #   machine's kernel sends MSS 1460 as we do. It passes with --mtu=1500 (test_drill_mtu.py).
 # - socket_err, socket_wrong_err, packet-timeout: packetdrill's tests of its own error reporting;
 #   each fails by design (its "// Failure:" comment; upstream runs report them failed).
-# - https_client: the kernel this runs on (6.18, tools/kernel_psh_probe.py) does not set that PSH
-#   either (". 1543:2517"): the script was recorded on an older kernel.
+# - (no entry) nagle/https_client passes: at the script's 100 ms RTT this machine's kernel builds
+#   2-segment GSO skbs on the tso/gso-off tun and PSH ends each, so ". 569:1543, P. 1543:2517"
+#   as the script says (tools/kernel_cc_probe.py); answered at once (kernel_psh_probe.py) the
+#   kernel sends ". 1543:2517", one skb: the PSH follows the skb layout, not the write.
 # - fr-4pkt-sack-bsd: a FreeBSD script (one MSS per packet). Linux on a TSO link sends two-segment
 #   packets, with PSH on each (__tcp_transmit_skb forces it when tcp_skb_pcount > 1): this
 #   machine's kernel sends "P. 1001:3001, P. 3001:5001" as we do (tools/kernel_psh_probe.py); its
