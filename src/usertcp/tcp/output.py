@@ -24,6 +24,7 @@ from usertcp.tcp.pacing import Pacer
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_LOSS,
+    CA_OPEN,
     CA_RECOVERY,
     ECN_DEMAND_CWR,
     ECN_OK,
@@ -364,6 +365,10 @@ class Output:
         limited = c.in_flight + c.mss > cc.cwnd
         if sent or limited:
             cc.validate(c.snd_una, c.snd_nxt, c.snd_nxt - c.snd_una, limited)
+            cc.validate_use(now, c.snd_nxt - c.snd_una, c.rtt.timeout,
+                            app_limited_check=c.config.slow_start_after_idle,
+                            may_shrink=c.recovery.ca_state == CA_OPEN and not c.sock_nospace,
+                            init_window=(c.path.initcwnd() or 10) * c.mss)
             if (not cc.is_cwnd_limited() and c.sock_nospace and not c.unsent_bytes
                     and c.state in (State.ESTABLISHED, State.CLOSE_WAIT)):
                 self.chrono.start(CHRONO_SNDBUF_LIMITED, now)   # starved by the send buffer
@@ -797,7 +802,7 @@ class Output:
         idle = now - self.data_sent_time
         rto = c.rtt.timeout
         if idle > rto:
-            c.cc.restart_after_idle(idle, rto, c.recovery.ca_state in (CA_CWR, CA_RECOVERY))
+            c.cc.restart_after_idle(idle, rto, c.recovery.ca_state in (CA_CWR, CA_RECOVERY), now)
 
     def forced_push(self) -> bool:
         """Linux forced_push(): half the peer's largest window written since the last push."""

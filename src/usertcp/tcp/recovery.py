@@ -455,6 +455,7 @@ class Recovery:
                 # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
                 c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
                             app_limited=not c.cc.is_cwnd_limited())
+                c.cc.note_cong_avoid(now)
         if ece or c.accecn is not None:
             ece = self._ecn_feedback(seg, ece, ack_off, prior_una, prior_delivered, sacked_before)
         if ack_off > prior_una or newly_sacked:
@@ -547,6 +548,8 @@ class Recovery:
             c.cc.on_ack(self.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
                         prior_in_flight,
                         app_limited=not c.cc.is_cwnd_limited())
+            if self.acked_unsacked or newly_sacked:
+                c.cc.note_cong_avoid(now)      # tcp_cong_avoid, on FLAG_DATA_ACKED
 
     def _duplicate_ack(self, sack_new: bool, now: float) -> None:
         """RFC 5681 §2 duplicate ACK: NewReno dupack counting without SACK (RFC 6582), loss
@@ -730,3 +733,4 @@ class Recovery:
         tm.arm_tlp(now)
         c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
                     app_limited=not c.cc.is_cwnd_limited())
+        c.cc.note_cong_avoid(now)
