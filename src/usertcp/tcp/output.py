@@ -427,15 +427,8 @@ class Output:
         limit = mss
         if room > mss:
             limit = min(room, max(self.packet_limit(half_cwnd=False), mss))
-        # The tail keeps the history (tcp_fragment copies the control block, SentSegment.split).
-        if r.end - r.start - (1 if r.fin else 0) > limit:
-            rec.rtx.insert(index + 1, r.split(r.start + limit))
-        dlen = r.end - r.start - (1 if r.fin else 0)
+        dlen = self.shape_retransmission(r, index, limit)
         buf = c.snd_buf
-        # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment), and
-        # the copy carries the skb's own PSH mark when it ends the skb.
-        buf.split(r.start - 1)
-        buf.split(r.start - 1 + dlen)
         flags = ACK
         if r.fin:
             flags |= FIN
@@ -472,6 +465,30 @@ class Output:
         if tm.rto_deadline == INF:
             tm.rto_deadline = now + c.rtt.timeout
         return True
+
+    def shape_retransmission(self, r: SentSegment, index: int, limit: int) -> int:
+        """__tcp_retransmit_skb's sizing of ``r`` (at ``index``): longer than ``limit``, the
+        rest is cut off (tcp_fragment; the tail keeps the history, SentSegment.split); one
+        segment shorter than the MSS and the window left, the next ones join it
+        (tcp_retrans_try_collapse). The send queue's skbs follow: cut to what is resent, the
+        copy carrying the skb's own PSH mark when it ends the skb, joined skbs made one with
+        the marks of all. The payload bytes to send."""
+        c = self.conn
+        dlen = r.end - r.start - (1 if r.fin else 0)
+        joined = False
+        if dlen > limit:
+            c.recovery.rtx.insert(index + 1, r.split(r.start + limit))
+        else:
+            avail = min(c.snd_una + c.snd_wnd - r.start, c.mss)
+            if dlen < avail and r.pcount == 1:
+                joined = c.recovery.retrans_try_collapse(index, avail)
+        dlen = r.end - r.start - (1 if r.fin else 0)
+        buf = c.snd_buf
+        buf.split(r.start - 1)
+        buf.split(r.start - 1 + dlen)
+        if joined:
+            buf.send_packet(r.start - 1, r.start - 1 + dlen)
+        return dlen
 
     def retransmit_refused(self, r: SentSegment) -> bool:
         """Linux __tcp_retransmit_skb when the local queue refused the copy: counted as a

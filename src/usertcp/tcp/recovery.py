@@ -214,6 +214,37 @@ class Recovery:
             r.retrans = False
             self.retrans_bytes -= n
 
+    def retrans_try_collapse(self, index: int, space: int) -> bool:
+        """Linux tcp_retrans_try_collapse, before record ``index`` (one segment shorter than
+        ``space``, the MSS or the window left) is retransmitted: the records after it join it
+        (tcp_collapse_retrans) while each is one segment, not SACKed, within ``space`` and the
+        peer's window, and no MSG_EOR end or frag limit lies between (tcp_skb_can_collapse).
+        A joined record no longer counts on its own (tcp_adjust_pcount); it takes this one's
+        lost/retransmitted state. True if any joined."""
+        c = self.conn
+        rtx = self.rtx
+        r = rtx[index]
+        if not c.config.retrans_collapse or r.fin:
+            return False
+        space -= r.end - r.start
+        reach = min(c.snd_buf.collapse_end(r.start - 1) + 1, c.snd_una + c.snd_wnd)
+        joined = False
+        while index + 1 < len(rtx):
+            nxt = rtx[index + 1]
+            n = nxt.end - nxt.start
+            if nxt.sacked or nxt.pcount > 1 or nxt.start != r.end:
+                break
+            space -= n - (1 if nxt.fin else 0)
+            if space < 0 or nxt.end - (1 if nxt.fin else 0) > reach:
+                break
+            self.lost_bytes += (n if r.lost else 0) - (n if nxt.lost else 0)
+            self.retrans_bytes += (n if r.retrans else 0) - (n if nxt.retrans else 0)
+            r.end, r.fin = nxt.end, nxt.fin
+            r.tx_count = max(r.tx_count, nxt.tx_count)      # TCPCB_EVER_RETRANS
+            rtx.remove(index + 1)
+            joined = True
+        return joined
+
     def detect_losses(self, now: float) -> None:
         """RACK (RFC 8985 §6.2) when enabled, as Linux does for SACK peers; else RFC 6675 IsLost."""
         c = self.conn
