@@ -272,7 +272,7 @@ def retrans_collapse(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["retrans_collapse"]:
+    if sys.argv[1:] == ["retrans_collapse"]:        # this probe alone
         print("retrans_collapse (one packet per write, then the RTO's retransmissions):")
         probe_session("pshprobe", retrans_collapse, offload=True, sysctls=CORPUS_SYSCTLS)
         sys.exit(0)
@@ -294,3 +294,5 @@ if __name__ == "__main__":
                            "net.ipv4.tcp_min_tso_segs=10"])
     print("fr-4pkt-sack-bsd (script: four one-MSS packets, PSH on the last only):")
     probe_session("pshprobe", bsd_four_segments, offload=True, sysctls=CORPUS_SYSCTLS)
+    print("retrans_collapse (tests/drill/retrans-collapse-eor.pkt: P. 1:201 after the RTO):")
+    probe_session("pshprobe", retrans_collapse, offload=True, sysctls=CORPUS_SYSCTLS)
