@@ -46,8 +46,10 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 #   machine's kernel sends MSS 1460 as we do. It passes with --mtu=1500 (test_drill_mtu.py).
 # - socket_err, socket_wrong_err, packet-timeout: packetdrill's tests of its own error reporting;
 #   each fails by design (its "// Failure:" comment; upstream runs report them failed).
-# - https_client: the kernel this runs on (6.18, tools/kernel_psh_probe.py) does not set that PSH
-#   either (". 1543:2517"): the script was recorded on an older kernel.
+# - (no entry) nagle/https_client passes: at the script's 100 ms RTT this machine's kernel builds
+#   2-segment GSO skbs on the tso/gso-off tun and PSH ends each, so ". 569:1543, P. 1543:2517"
+#   as the script says (tools/kernel_cc_probe.py); answered at once (kernel_psh_probe.py) the
+#   kernel sends ". 1543:2517", one skb: the PSH follows the skb layout, not the write.
 # - fr-4pkt-sack-bsd: a FreeBSD script (one MSS per packet). Linux on a TSO link sends two-segment
 #   packets, with PSH on each (__tcp_transmit_skb forces it when tcp_skb_pcount > 1): this
 #   machine's kernel sends "P. 1001:3001, P. 3001:5001" as we do (tools/kernel_psh_probe.py); its
@@ -73,8 +75,9 @@ TEMPLATE_DEFINES = {"ipv4": {"CODE": "host_unreachable"}, "ipv6": {"CODE": "addr
 # - fastopen/client/syn-data-icmp-unreach-frag-needed*.pkt@ipv6: "icmp unreachable frag_needed"
 #   is an ICMPv4 code; packetdrill's ICMPv6 table has no such code and rejects the script (its
 #   IPv6 twin, -with-seq-ipv6, uses packet_too_big).
-# - the Fast Open server scripts @ipv6 that pin IPv4 addresses in their header (18): a script error
-#   in an IPv6 run, as packetdrill --ip_version=ipv6 reports it (test below).
+# - the Fast Open server scripts @ipv6 that pin IPv4 addresses in their header (18), and
+#   mtu_probe/basic-v6@ipv4 (it pins IPv6 ones): a script error in a run of the other family, as
+#   packetdrill --ip_version reports it (test below).
 # The corpus grew from 56 to 167 scripts (the whole upstream gtests/net/tcp tree plus packetdrill's
 # own tests); the entries that came with it are the open fidelity work: the transmit path (skbs and
 # TSO, MSG_EOR, MSG_ZEROCOPY, SO_TIMESTAMPING, TCP_NOTSENT_LOWAT and epoll, sendfile/splice, MTU

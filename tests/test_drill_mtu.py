@@ -31,3 +31,22 @@ def test_the_runners_ipv6_mtu_gives_mss_1460() -> None:
     assert CORPUS is not None
     res = run_file(CORPUS / SCRIPT, RunOptions(ip_version="ipv6"))
     assert res.status == "failed" and res.line == 13 and "actual mss 1460" in res.reason
+
+
+# google/packetdrill's run_all.py, StartTestIPv6: packetdrill's built-in IPv6 addresses (config.c
+# DEFAULT_V6_LIVE_*), which mtu_probe/basic-v6.pkt names in its `ip -6 route change` commands.
+RUN_ALL_IPV6 = {"mtu": "1520", "local_ip": "fd3d:fa7b:d17d::0", "gateway_ip": "fd3d:fa7b:d17d:8888::0",
+                "remote_ip": "2001:DB8::1"}
+MTU_PROBE_V6 = "gtests/net/tcp/mtu_probe/basic-v6.pkt"
+
+
+def test_mtu_probe_v6_passes_with_the_addresses_its_route_commands_name() -> None:
+    """With run_all.py's IPv6 addresses the route to 2001:DB8::1 exists: after its MTU rises from
+    660 to 1520 the next write starts with a 986-byte RFC 4821 probe among 600-byte segments,
+    and the write after the probe's ACK uses the larger MSS; with the corpus table's (ksft)
+    addresses that route does not exist (ENOENT, as the kernel would answer)."""
+    assert CORPUS is not None
+    res = run_file(CORPUS / MTU_PROBE_V6, RunOptions(ip_version="ipv6", options=RUN_ALL_IPV6))
+    assert res.status == "passed", f"{res.line}: {res.reason}"
+    res = run_file(CORPUS / MTU_PROBE_V6, RunOptions(ip_version="ipv6"))
+    assert res.status == "failed" and res.line == 15 and "No such file or directory" in res.reason

@@ -13,6 +13,7 @@ from usertcp.drill.profile import CommandError, Environment, Unsupported, linux_
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.route import RouteMetrics, RouteTable, parse_route_metrics
+from usertcp.tcp.rtx_queue import SentSegment
 
 TS = 12          # timestamp option bytes in every segment
 
@@ -33,9 +34,7 @@ def test_probing_finds_the_mtu_of_an_icmp_black_hole(addresses: tuple[str, str])
     pair = make_pair(LinkConfig(delay=0.005, mtu=1300, mtu_icmp=False), cfg_a=_probing(),
                      addresses=addresses)
     client, server = pair.open()
-    # 2 MB: enough data queued behind each probe for the search to end (tcp_mtu_probe sends
-    # one only with size_needed bytes to send and the peer's window open for them).
-    data = bytes(range(256)) * 8192
+    data = bytes(range(256)) * 4096      # enough for the search to narrow below the threshold
     got = transfer(pair, client, server, data)
     assert sha(got) == sha(data)
     fits = 1300 - (60 if v6 else 40) - TS
@@ -44,6 +43,20 @@ def test_probing_finds_the_mtu_of_an_icmp_black_hole(addresses: tuple[str, str])
     counters = pair.a.counters
     assert counters["TcpExtTCPMTUPSuccess"] >= 1 and counters["TcpExtTCPMTUPFail"] >= 1
     assert pair.link.directions[0].stats.too_big == counters["TcpExtTCPMTUPFail"]
+    # A lost probe resends the probe alone (tcp_simple_retransmit marks what tcp_skb_seglen
+    # says is longer than the MSS): the multi-segment packets around it are not lost.
+    assert counters["TcpRetransSegs"] <= 4 * counters["TcpExtTCPMTUPFail"]
+
+
+def test_seglen_is_the_mss_a_packet_went_out_with() -> None:
+    """Linux tcp_skb_seglen(): a multi-segment packet's segments are its MSS long, whatever its
+    length; a single-segment one (an MTU probe) is as long as its payload; cuts keep the MSS."""
+    tso = SentSegment(1, 1 + 3 * 1000, False, 0.0, gso_size=1000)
+    assert tso.seglen == 1000
+    tail = tso.split(2001)
+    assert (tso.seglen, tail.seglen) == (1000, 1000)
+    assert SentSegment(1, 1 + 1300, False, 0.0).seglen == 1300
+    assert SentSegment(1, 1 + 500, True, 0.0, gso_size=1000).seglen == 499    # FIN not counted
 
 
 def test_no_probing_keeps_the_mss_and_succeeds_only_with_icmp() -> None:

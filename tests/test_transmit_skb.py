@@ -188,3 +188,52 @@ def test_tcp_info_bytes_and_pacing_in_linux_units() -> None:
     assert srtt is not None and info["tcpi_pacing_rate"] == int(2.0 * conn.cc.cwnd / srtt)
     assert info["tcpi_max_pacing_rate"] == (1 << 64) - 1
     assert info["tcpi_last_data_sent"] == 10
+
+
+def test_tcp_info_delivered_counts_every_segment_of_partly_acked_tso_packets() -> None:
+    """tcpi_delivered counts segments (tcp_count_delivered): an ACK that covers part of a
+    multi-segment packet delivers its whole segments acked (tcp_tso_acked's pcount), so ACKs
+    that cut 2-segment packets in half still count every segment, plus the SYN."""
+    peer, conn = _open(gso_max_size=65536)
+    peer.drain()
+    conn.nodelay = True
+    conn.send(b"x" * 8 * MSS, peer.now)
+    assert [len(s.seg.payload) for s in peer.drain()] == [2 * MSS] * 4   # tcp_tso_autosize
+    peer.advance(0.01)
+    for acked in (1, 3, 5, 7, 8):         # each ACK ends in the middle of a packet
+        peer.send(".", 1, 1 + acked * MSS)
+    info = conn.info(peer.now)
+    assert info["tcpi_bytes_acked"] == 8 * MSS + 1 and not conn.recovery.rtx
+    assert info["tcpi_delivered"] == 8 + 1
+
+
+def test_an_unused_window_shrinks_halfway_after_an_rto_with_slow_start_after_idle() -> None:
+    """RFC 2861 §3 as Linux tcp_cwnd_validate -> tcp_cwnd_application_limited: a window not
+    used for an RTO (no cwnd-limited flight, no ACK that could grow it) shrinks to the mean of
+    itself and what was used (at least the initial window), ssthresh keeping 3/4 of it."""
+    def limited_cc() -> LinuxCubic:
+        cc = LinuxCubic(MSS)
+        cc.cwnd, cc.ssthresh = 40 * MSS, 20 * MSS
+        return cc
+
+    def send(cc: LinuxCubic, now: float, *, check: bool = True, may_shrink: bool = True) -> None:
+        cc.validate(0, 5 * MSS, 5 * MSS, False)              # 5 packets out of 40: app-limited
+        cc.validate_use(now, 5 * MSS, 0.2, app_limited_check=check, may_shrink=may_shrink,
+                        init_window=10 * MSS)
+
+    cc = limited_cc()
+    send(cc, 0.0)
+    send(cc, 0.1)                                            # less than an RTO: nothing yet
+    assert cc.cwnd == 40 * MSS
+    send(cc, 0.3)
+    assert (cc.cwnd, cc.ssthresh) == ((40 + 10) // 2 * MSS, 30 * MSS)
+    cc = limited_cc()
+    send(cc, 0.0)
+    cc.note_cong_avoid(0.25)                                 # an ACK that could grow it
+    send(cc, 0.3)
+    assert cc.cwnd == 40 * MSS
+    for kwargs in ({"check": False}, {"may_shrink": False}):  # sysctl off; not Open / NOSPACE
+        cc = limited_cc()
+        send(cc, 0.0)
+        send(cc, 0.3, **kwargs)
+        assert cc.cwnd == 40 * MSS

@@ -244,7 +244,38 @@ def bsd_four_segments(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     s.close()
 
 
+def retrans_collapse(dev: TunDevice, rd: PacketReader, ns: str) -> None:
+    """tcp_retrans_try_collapse: TCP_NODELAY writes of 100, 100 (MSG_EOR), 100, 100 bytes, each
+    its own packet; no ACK, so the RTO resends them: small skbs join up to the MSS, but never
+    across the MSG_EOR end (tcp_skb_can_collapse)."""
+    pfifo(ns)
+    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 7])
+    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC, (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+                                 opts, 32792, rtt=0.01)
+    peer = _Peer(dev, rd, syn, me, 8080, 257)
+    for flags in (0, MSG_EOR, 0, 0):
+        s.send(b"x" * 100, flags)
+    peer.show_until(401)
+    print("  then (the tail loss probe, the RTO's retransmissions):")
+    first = None
+    while True:
+        try:
+            seg, _, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0, timeout=3.0)
+        except TimeoutError:
+            break
+        show(seg, syn.seq)
+        if seg.seq == syn.seq + 1:
+            first = seg
+        if first is not None and seg.seq + len(seg.payload) == syn.seq + 401:
+            break
+    s.close()
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["retrans_collapse"]:        # this probe alone
+        print("retrans_collapse (one packet per write, then the RTO's retransmissions):")
+        probe_session("pshprobe", retrans_collapse, offload=True, sysctls=CORPUS_SYSCTLS)
+        sys.exit(0)
     print(f"kernel {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}")
     print("https_client (script expects P. on 1543:2517):")
     probe_session("pshprobe", https_client, sysctls=["net.ipv4.tcp_timestamps=0"])
@@ -263,3 +294,5 @@ if __name__ == "__main__":
                            "net.ipv4.tcp_min_tso_segs=10"])
     print("fr-4pkt-sack-bsd (script: four one-MSS packets, PSH on the last only):")
     probe_session("pshprobe", bsd_four_segments, offload=True, sysctls=CORPUS_SYSCTLS)
+    print("retrans_collapse (tests/drill/retrans-collapse-eor.pkt: P. 1:201 after the RTO):")
+    probe_session("pshprobe", retrans_collapse, offload=True, sysctls=CORPUS_SYSCTLS)

@@ -1,5 +1,6 @@
 """The module-level calls of the socket API: ``socket``, ``create_connection``,
-``create_server``, ``getaddrinfo``, ``gethostbyname`` (as :mod:`socket`'s)."""
+``create_server``, ``getaddrinfo``, ``gethostbyname`` (as :mod:`socket`'s), and ``splice``
+(as :func:`os.splice`, with a usertcp socket at one end: :mod:`usertcp.api.splice`)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from usertcp.api.constants import (
 )
 from usertcp.api.host import Host, get_default_host, host_or_default
 from usertcp.api.sockets import Socket
+from usertcp.api.splice import SPLICE_F_MORE, SPLICE_F_MOVE, SPLICE_F_NONBLOCK, splice
 
-__all__ = ["create_connection", "create_server", "getaddrinfo", "getfqdn", "gethostbyname", "gethostname",
-           "htonl", "htons", "inet_aton", "inet_ntoa", "inet_ntop", "inet_pton", "ntohl", "ntohs", "socket"]
+__all__ = ["SPLICE_F_MORE", "SPLICE_F_MOVE", "SPLICE_F_NONBLOCK", "create_connection", "create_server",
+           "getaddrinfo", "getfqdn", "gethostbyname", "gethostname", "htonl", "htons", "inet_aton",
+           "inet_ntoa", "inet_ntop", "inet_pton", "ntohl", "ntohs", "socket", "splice"]
 
 # Pure conversions need no stack: the standard library's, so code using them keeps working
 # when its ``socket`` module is usertcp's.

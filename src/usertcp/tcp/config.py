@@ -107,6 +107,7 @@ class StackConfig:
     min_tso_segs: int = 2
     notsent_lowat: int = 0xFFFFFFFF       # tcp_notsent_lowat: unsent bytes above it block writers
     slow_start_after_idle: bool = False   # packetdrill's defaults.sh turns it off
+    retrans_collapse: bool = True         # tcp_retrans_collapse: small retransmissions take the next
     abort_on_overflow: bool = False
     reassembly_max_segments: int = 1024
     max_orphans: int = 65536
@@ -252,6 +253,7 @@ _SYSCTLS = {
     "tcp_min_snd_mss": _set_int("min_snd_mss"),
     "tcp_notsent_lowat": lambda c, v: setattr(c, "notsent_lowat", _int(v) & 0xFFFFFFFF),
     "tcp_slow_start_after_idle": _set_bool("slow_start_after_idle"),
+    "tcp_retrans_collapse": _set_bool("retrans_collapse"),
     "tcp_abort_on_overflow": _set_bool("abort_on_overflow"),
     "tcp_challenge_ack_limit": _set_int("challenge_ack_limit"),
     "tcp_keepalive_time": lambda c, v: setattr(c, "keepalive_time", float(_int(v))),

@@ -40,7 +40,8 @@ class CongestionControl:
     # tcp_ecn says, and every packet of an ECN connection is ECT (tcp_ecn_send).
     needs_ecn: ClassVar[bool] = False
 
-    __slots__ = ("_ca_acked", "cwnd", "cwnd_limited", "cwnd_usage_seq", "max_out", "mss", "ssthresh")
+    __slots__ = ("_ca_acked", "cwnd", "cwnd_limited", "cwnd_stamp", "cwnd_usage_seq", "cwnd_used", "max_out",
+                 "mss", "ssthresh")
 
     def __init__(self, mss: int, initial_window: int | None = None) -> None:
         if mss <= 0:
@@ -55,6 +56,11 @@ class CongestionControl:
         self.cwnd_limited = False
         self.max_out = 0
         self.cwnd_usage_seq = 0
+        # RFC 2861 cwnd validation (Linux tcp_cwnd_application_limited): the most bytes out
+        # while the window was not used (snd_cwnd_used), and when cwnd last grew or was used
+        # (snd_cwnd_stamp; negative: not yet, tcp_init_transfer sets it at the first use).
+        self.cwnd_used = 0
+        self.cwnd_stamp = -1.0
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -80,9 +86,44 @@ class CongestionControl:
             return self.cwnd < 2 * self.max_out
         return False
 
-    def restart_after_idle(self, idle: float, rto: float, reducing: bool) -> None:
+    def note_cong_avoid(self, now: float) -> None:
+        """Linux tcp_cong_avoid(): an ACK that may raise cwnd stamps it (snd_cwnd_stamp),
+        whether or not the window was used."""
+        self.cwnd_stamp = now
+
+    def validate_use(self, now: float, out: int, rto: float, *, app_limited_check: bool,
+                     may_shrink: bool, init_window: int) -> None:
+        """The rest of Linux tcp_cwnd_validate() after a transmission: a used window is fresh;
+        else remember the most bytes out, and with tcp_slow_start_after_idle, once the window
+        went unused for an RTO, shrink it halfway to what was used (RFC 2861 §3,
+        tcp_cwnd_application_limited): only in the Open state and when the application is not
+        held by its send buffer (``may_shrink``), never below the initial window."""
+        if self.cwnd_stamp < 0:
+            self.cwnd_stamp = now
+        if self.is_cwnd_limited():
+            self.cwnd_used = 0
+            self.cwnd_stamp = now
+            return
+        if out > self.cwnd_used:
+            self.cwnd_used = out
+        if not app_limited_check or now - self.cwnd_stamp < rto:
+            return
+        if may_shrink:
+            mss = self.mss
+            cwnd = self.cwnd // mss
+            used = max(-(-self.cwnd_used // mss), init_window // mss)
+            if used < cwnd:
+                self.ssthresh = max(self.ssthresh, ((cwnd >> 1) + (cwnd >> 2)) * mss)  # tcp_current_ssthresh
+                self.cwnd = ((cwnd + used) >> 1) * mss
+            self.cwnd_used = 0
+        self.cwnd_stamp = now
+
+    def restart_after_idle(self, idle: float, rto: float, reducing: bool, now: float = -1.0) -> None:
         """Linux tcp_cwnd_restart() (RFC 2861/7661): after ``idle`` seconds without sending
         data, halve cwnd once per RTO idle, down to the initial window at most."""
+        self.cwnd_used = 0
+        if now >= 0:
+            self.cwnd_stamp = now
         mss = self.mss
         restart = min(10 * mss, self.cwnd)          # tcp_init_cwnd(): TCP_INIT_CWND
         if not reducing:                             # tcp_current_ssthresh()
@@ -601,8 +642,8 @@ class LinuxCubic(CongestionControl):
             jiffies = int(now * _HZ)
             self.epoch_start = min(self.epoch_start + int(idle * _HZ), jiffies)
 
-    def restart_after_idle(self, idle: float, rto: float, reducing: bool) -> None:
-        super().restart_after_idle(idle, rto, reducing)
+    def restart_after_idle(self, idle: float, rto: float, reducing: bool, now: float = -1.0) -> None:
+        super().restart_after_idle(idle, rto, reducing, now)
         self.cwnd_cnt = 0
 
     def state_info(self) -> dict[str, int | str]:

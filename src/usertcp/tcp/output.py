@@ -24,6 +24,7 @@ from usertcp.tcp.pacing import Pacer
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_LOSS,
+    CA_OPEN,
     CA_RECOVERY,
     ECN_DEMAND_CWR,
     ECN_OK,
@@ -367,6 +368,10 @@ class Output:
         self.cwnd_deferred = False
         if sent or limited:
             cc.validate(c.snd_una, c.snd_nxt, c.snd_nxt - c.snd_una, limited)
+            cc.validate_use(now, c.snd_nxt - c.snd_una, c.rtt.timeout,
+                            app_limited_check=c.config.slow_start_after_idle,
+                            may_shrink=c.recovery.ca_state == CA_OPEN and not c.sock_nospace,
+                            init_window=(c.path.initcwnd() or 10) * c.mss)
             if (not cc.is_cwnd_limited() and c.sock_nospace and not c.unsent_bytes
                     and c.state in (State.ESTABLISHED, State.CLOSE_WAIT)):
                 self.chrono.start(CHRONO_SNDBUF_LIMITED, now)   # starved by the send buffer
@@ -425,15 +430,8 @@ class Output:
         limit = mss
         if room > mss:
             limit = min(room, max(self.packet_limit(half_cwnd=False), mss))
-        # The tail keeps the history (tcp_fragment copies the control block, SentSegment.split).
-        if r.end - r.start - (1 if r.fin else 0) > limit:
-            rec.rtx.insert(index + 1, r.split(r.start + limit))
-        dlen = r.end - r.start - (1 if r.fin else 0)
+        dlen = self.shape_retransmission(r, index, limit)
         buf = c.snd_buf
-        # Linux __tcp_retransmit_skb() cuts the skb to what it resends (tcp_fragment), and
-        # the copy carries the skb's own PSH mark when it ends the skb.
-        buf.split(r.start - 1)
-        buf.split(r.start - 1 + dlen)
         flags = ACK
         if r.fin:
             flags |= FIN
@@ -451,6 +449,7 @@ class Output:
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += r.end - r.start
         r.retrans = True
+        r.gso_size = mss if dlen > mss else 0      # tcp_set_skb_tso_segs(skb, cur_mss)
         rec.retrans_bytes += r.end - r.start
         r.tx_count += 1
         r.tx_time = now
@@ -469,6 +468,30 @@ class Output:
         if tm.rto_deadline == INF:
             tm.rto_deadline = now + c.rtt.timeout
         return True
+
+    def shape_retransmission(self, r: SentSegment, index: int, limit: int) -> int:
+        """__tcp_retransmit_skb's sizing of ``r`` (at ``index``): longer than ``limit``, the
+        rest is cut off (tcp_fragment; the tail keeps the history, SentSegment.split); one
+        segment shorter than the MSS and the window left, the next ones join it
+        (tcp_retrans_try_collapse). The send queue's skbs follow: cut to what is resent, the
+        copy carrying the skb's own PSH mark when it ends the skb, joined skbs made one with
+        the marks of all. The payload bytes to send."""
+        c = self.conn
+        dlen = r.end - r.start - (1 if r.fin else 0)
+        joined = False
+        if dlen > limit:
+            c.recovery.rtx.insert(index + 1, r.split(r.start + limit))
+        else:
+            avail = min(c.snd_una + c.snd_wnd - r.start, c.mss)
+            if dlen < avail and r.pcount == 1:
+                joined = c.recovery.retrans_try_collapse(index, avail)
+        dlen = r.end - r.start - (1 if r.fin else 0)
+        buf = c.snd_buf
+        buf.split(r.start - 1)
+        buf.split(r.start - 1 + dlen)
+        if joined:
+            buf.send_packet(r.start - 1, r.start - 1 + dlen)
+        return dlen
 
     def retransmit_refused(self, r: SentSegment) -> bool:
         """Linux __tcp_retransmit_skb when the local queue refused the copy: counted as a
@@ -654,7 +677,7 @@ class Output:
             buf.send_packet(start, start + size)   # tcp_grow_skb, tso_fragment
         if rec.ca_state == CA_RECOVERY or rec.ca_state == CA_CWR:
             rec.prr_out += end - off
-        rec.rtx.append(SentSegment(off, end, fin, now))
+        rec.rtx.append(SentSegment(off, end, fin, now, mss if multi else 0))
         c.snd_nxt = end
         if end > c.snd_max:
             c.snd_max = end
@@ -800,7 +823,7 @@ class Output:
         idle = now - self.data_sent_time
         rto = c.rtt.timeout
         if idle > rto:
-            c.cc.restart_after_idle(idle, rto, c.recovery.ca_state in (CA_CWR, CA_RECOVERY))
+            c.cc.restart_after_idle(idle, rto, c.recovery.ca_state in (CA_CWR, CA_RECOVERY), now)
 
     def forced_push(self) -> bool:
         """Linux forced_push(): half the peer's largest window written since the last push."""

@@ -133,8 +133,7 @@ class Recovery:
         n = r.end - r.start
         r.sacked = True                  # the queue took it out of the send-time order
         self.sacked_bytes += n
-        mss = c.mss
-        c.delivered_segs += (n + mss - 1) // mss if n > mss > 0 else 1
+        c.delivered_segs += r.pcount
         if r.lost:
             self.lost_bytes -= n
             r.lost = False
@@ -214,6 +213,37 @@ class Recovery:
             # A lost retransmission: it no longer counts in the pipe (RFC 6675 §4 SetPipe).
             r.retrans = False
             self.retrans_bytes -= n
+
+    def retrans_try_collapse(self, index: int, space: int) -> bool:
+        """Linux tcp_retrans_try_collapse, before record ``index`` (one segment shorter than
+        ``space``, the MSS or the window left) is retransmitted: the records after it join it
+        (tcp_collapse_retrans) while each is one segment, not SACKed, within ``space`` and the
+        peer's window, and no MSG_EOR end or frag limit lies between (tcp_skb_can_collapse).
+        A joined record no longer counts on its own (tcp_adjust_pcount); it takes this one's
+        lost/retransmitted state. True if any joined."""
+        c = self.conn
+        rtx = self.rtx
+        r = rtx[index]
+        if not c.config.retrans_collapse or r.fin:
+            return False
+        space -= r.end - r.start
+        reach = min(c.snd_buf.collapse_end(r.start - 1) + 1, c.snd_una + c.snd_wnd)
+        joined = False
+        while index + 1 < len(rtx):
+            nxt = rtx[index + 1]
+            n = nxt.end - nxt.start
+            if nxt.sacked or nxt.pcount > 1 or nxt.start != r.end:
+                break
+            space -= n - (1 if nxt.fin else 0)
+            if space < 0 or nxt.end - (1 if nxt.fin else 0) > reach:
+                break
+            self.lost_bytes += (n if r.lost else 0) - (n if nxt.lost else 0)
+            self.retrans_bytes += (n if r.retrans else 0) - (n if nxt.retrans else 0)
+            r.end, r.fin = nxt.end, nxt.fin
+            r.tx_count = max(r.tx_count, nxt.tx_count)      # TCPCB_EVER_RETRANS
+            rtx.remove(index + 1)
+            joined = True
+        return joined
 
     def detect_losses(self, now: float) -> None:
         """RACK (RFC 8985 §6.2) when enabled, as Linux does for SACK peers; else RFC 6675 IsLost."""
@@ -456,6 +486,7 @@ class Recovery:
                 # grows cwnd too (FLAG_FORWARD_PROGRESS), not only a cumulative ACK.
                 c.cc.on_ack(newly_sacked, now, c.rtt.latest_rtt, prior_in_flight,
                             app_limited=not c.cc.is_cwnd_limited())
+                c.cc.note_cong_avoid(now)
         if ece or c.accecn is not None:
             ece = self._ecn_feedback(seg, ece, ack_off, prior_una, prior_delivered, sacked_before)
         c.hot.delivered += c.delivered_segs - prior_delivered     # tcp_newly_delivered
@@ -551,6 +582,8 @@ class Recovery:
             c.cc.on_ack(self.acked_unsacked - reno_credit + newly_sacked, now, c.rtt.latest_rtt,
                         prior_in_flight,
                         app_limited=not c.cc.is_cwnd_limited())
+            if self.acked_unsacked or newly_sacked:
+                c.cc.note_cong_avoid(now)      # tcp_cong_avoid, on FLAG_DATA_ACKED
 
     def _duplicate_ack(self, sack_new: bool, now: float) -> None:
         """RFC 5681 §2 duplicate ACK: NewReno dupack counting without SACK (RFC 6582), loss
@@ -586,7 +619,7 @@ class Recovery:
             if not r.sacked:
                 acked_unsacked += n
                 self.rack_note(r, now, self.fack_prior)
-                c.delivered_segs += max(1, (n - (1 if r.fin else 0) + c.mss - 1) // max(c.mss, 1))
+                c.delivered_segs += r.pcount
             if r.sacked:
                 self.sacked_bytes -= n
             else:
@@ -597,26 +630,9 @@ class Recovery:
             if r.tx_count == 1 and not r.sacked:
                 rtt_sample = now - r.tx_time   # Karn: only never-retransmitted segments
         if rtx and rtx[0].start < ack_off:
-            r = rtx[0]
-            cut = ack_off - r.start
-            if r.sacked:
-                self.sacked_bytes -= cut
-            else:
-                acked_unsacked += cut
-                if r.lost:
-                    self.lost_bytes -= cut
-                if r.retrans:
-                    self.retrans_bytes -= cut
-                mss = max(c.mss, 1)
-                fin = 1 if r.fin else 0
-                # Linux tcp_tso_acked: the packets the trimmed head held are delivered
-                # (tcp_clean_rtx_queue adds acked_pcount to tp->delivered), so that DCTCP's
-                # alpha, tcpi_delivered(_ce) and AccECN see them now, not when the rest is.
-                whole = (r.end - r.start - fin + mss - 1) // mss - (r.end - ack_off - fin + mss - 1) // mss
-                c.delivered_segs += whole
-                if r.tx_count == 1 and whole > 0:
-                    rtt_sample = now - r.tx_time   # Linux tcp_tso_acked: whole packets acked
-            r.start = ack_off
+            if self._ack_head_part(rtx[0], ack_off):
+                rtt_sample = now - rtx[0].tx_time
+            acked_unsacked += self.acked_unsacked
         self._rtt_samples(rtt_sample, ack_off, ts_ecr, now)
         # Release acknowledged data from the send buffer (offset 1 is data byte 0).
         data_end = min(ack_off - 1, c.snd_buf.end)
@@ -648,6 +664,29 @@ class Recovery:
         c.fin_acked(now)
         return acked
 
+    def _ack_head_part(self, r: SentSegment, ack_off: int) -> bool:
+        """Linux tcp_tso_acked: SND.UNA moved into the head record; its acked part goes
+        (tcp_trim_head) and its whole segments acked are delivered (the pcount it loses).
+        Sets ``acked_unsacked`` to the bytes newly acked here; True if the record gives an RTT
+        sample (never retransmitted, and whole segments acked)."""
+        c = self.conn
+        cut = ack_off - r.start
+        before = r.pcount
+        self.acked_unsacked = 0
+        if r.sacked:
+            self.sacked_bytes -= cut
+        else:
+            self.acked_unsacked = cut
+            if r.lost:
+                self.lost_bytes -= cut
+            if r.retrans:
+                self.retrans_bytes -= cut
+        r.start = ack_off
+        whole = before - r.pcount
+        if not r.sacked:
+            c.delivered_segs += whole       # tcp_clean_rtx_queue: tcp_count_delivered(acked_pcount)
+        return whole > 0 and r.tx_count == 1 and not r.sacked
+
     def _rtt_samples(self, rtt_sample: float | None, ack_off: int, ts_ecr: int, now: float) -> None:
         """The end of Linux tcp_clean_rtx_queue: the RTT estimator's sample, an MTU probe's
         success, and the controller's sample (ca_rtt_us: the latest-sent packet acked)."""
@@ -669,13 +708,14 @@ class Recovery:
                           c.tx.pacer.paced)
 
     def mark_oversized_lost(self) -> bool:
-        """Linux tcp_simple_retransmit after a path-MTU drop: every segment longer than the
-        new MSS is lost, and the loss state (no cwnd change) sends them now, ending recovery
-        at today's SND.MAX. True if anything was marked."""
+        """Linux tcp_simple_retransmit after a path-MTU drop or a lost MTU probe: every packet
+        whose segments are longer than the MSS (tcp_skb_seglen: a multi-segment packet's own
+        MSS, not its length) is lost, and the loss state (no cwnd change) sends them now,
+        ending recovery at today's SND.MAX. True if anything was marked."""
         c = self.conn
         marked = False
         for r in self.rtx:
-            if not r.sacked and r.end - r.start - (1 if r.fin else 0) > c.mss:
+            if not r.sacked and r.seglen > c.mss:
                 self.mark_lost(r)
                 marked = True
         if marked:
@@ -729,3 +769,4 @@ class Recovery:
         tm.arm_tlp(now)
         c.cc.on_ack(self.acked_unsacked, now, c.rtt.latest_rtt, prior_in_flight,
                     app_limited=not c.cc.is_cwnd_limited())
+        c.cc.note_cong_avoid(now)

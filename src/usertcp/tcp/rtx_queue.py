@@ -40,10 +40,10 @@ FRAGMENT_ALLOWANCE: Final = 2 * (65536 + 256 + 320)
 class SentSegment:
     """One transmitted range [start, end) of sequence offsets awaiting acknowledgement."""
 
-    __slots__ = ("end", "fin", "first_tx", "lost", "retrans", "sacked", "sent_next", "sent_prev",
-                 "start", "tx_count", "tx_time")
+    __slots__ = ("end", "fin", "first_tx", "gso_size", "lost", "retrans", "sacked", "sent_next",
+                 "sent_prev", "start", "tx_count", "tx_time")
 
-    def __init__(self, start: int, end: int, fin: bool, now: float) -> None:
+    def __init__(self, start: int, end: int, fin: bool, now: float, gso_size: int = 0) -> None:
         # Neighbours in send-time order (Linux tcp_tsorted_anchor); None on both sides when
         # not linked, unless it is the queue's only linked record (RtxQueue.sent_first).
         self.sent_prev: SentSegment | None = None
@@ -57,11 +57,30 @@ class SentSegment:
         self.retrans = False
         self.sacked = False
         self.lost = False
+        # The MSS of a multi-segment packet (Linux tcp_skb_mss, the skb's gso_size), 0 for a
+        # single-segment one: what tcp_skb_seglen() reads.
+        self.gso_size = gso_size
+
+    @property
+    def seglen(self) -> int:
+        """Linux tcp_skb_seglen(): the length of each segment this record went out as (its
+        MSS when it was a multi-segment packet, else its whole payload)."""
+        n = self.end - self.start - (1 if self.fin else 0)
+        gso = self.gso_size
+        return gso if 0 < gso < n else n
+
+    @property
+    def pcount(self) -> int:
+        """Linux tcp_skb_pcount(): how many segments this record is (its MSS into its length),
+        1 for a single-segment one; what delivered counts when it is acked or SACKed."""
+        n = self.end - self.start - (1 if self.fin else 0)
+        gso = self.gso_size
+        return -(-n // gso) if 0 < gso < n else 1
 
     def split(self, at: int) -> SentSegment:
         """Cut this range at offset ``at`` and return the tail [at, end), which keeps the
         transmission history (as Linux tcp_fragment copies the skb's control block)."""
-        tail = SentSegment(at, self.end, self.fin, self.tx_time)
+        tail = SentSegment(at, self.end, self.fin, self.tx_time, self.gso_size)
         tail.tx_count, tail.retrans = self.tx_count, self.retrans
         tail.lost, tail.first_tx = self.lost, self.first_tx
         self.end = at
@@ -304,7 +323,7 @@ class RtxQueue:
         both orders (sent with it). SentSegment.split and _link_after, inlined."""
         segs = self._segs
         r = segs[i]
-        tail = SentSegment(at, r.end, r.fin, r.tx_time)
+        tail = SentSegment(at, r.end, r.fin, r.tx_time, r.gso_size)
         tail.tx_count = r.tx_count
         tail.retrans = r.retrans
         tail.lost = r.lost

@@ -253,7 +253,8 @@ class Timers:
         else:
             # One segment out: allow for a delayed ACK (RFC 8985 §7.2 WCDelAckT; Linux adds
             # the RTO floor), else TCP_TIMEOUT_MIN; rounded up to a jiffy (usecs_to_jiffies).
-            one = c.snd_max - c.snd_una <= c.mss + 1
+            rtx = c.recovery.rtx      # tp->packets_out == 1: one packet of one segment
+            one = len(rtx) == 1 and rtx[0].pcount == 1
             pto = 2 * srtt + (c.rtt.rto_min if one else 0.002)
             tick = c.rtt.granularity
             if tick > 0:
