@@ -140,3 +140,37 @@ def test_smtplib_sends_a_message() -> None:
     assert msg.mail_from == "alice@a.test" and msg.rcpt_to == ["bob@b.test", "carol@c.test"]
     assert msg.helo == "client.test"
     assert msg.data == body.encode()               # smtplib dot-stuffed, we unstuffed
+
+
+def test_pipelining_client_that_never_reads_cannot_grow_the_reply_backlog() -> None:
+    """Issue 20 point 1, the apps' own backlogs: a client that pipelines NOOPs (RFC 2920) and
+    never reads its replies. Once a session's replies pass MAX_REPLY_BACKLOG the server stops
+    reading it (counted) instead of growing them; reading on, the client gets every reply."""
+    from usertcp.apps.smtp import MAX_REPLY_BACKLOG
+
+    drv, client_host, server_host = _world(VirtualTimeDriver)
+    srv = SmtpServer(server_host, (B, 25))
+    conn = client_host.stack.create_connection(B, 25)
+    client_host.stack.connect(conn, drv.now())
+    assert drv.run_until(lambda: conn.send_space > 0, 5)
+    chunk = b"NOOP\r\n" * 10000
+    sent = 0
+    peak = 0
+    for _ in range(100):                                  # 60 KB offered per round, no reads
+        sent += conn.send(chunk[:conn.send_space - conn.send_space % 6], drv.now())
+        drv.kick()
+        srv.poll(0.01)
+        peak = max([peak, *(len(out) for _, out in srv.sessions.values())])
+    assert srv.reply_backlog_full > 0
+    assert peak < MAX_REPLY_BACKLOG + 100, peak            # one reply past it at most
+    assert sent // 6 * 14 > 4 * MAX_REPLY_BACKLOG          # ...far less than was asked for
+    got = bytearray()
+    want = sent // 6 * len(b"250 2.0.0 Ok\r\n") + len(b"220 usertcp.test ESMTP usertcp\r\n")
+    for _ in range(2000):
+        got += conn.recv(1 << 20, drv.now())
+        drv.kick()
+        srv.poll(0.01)
+        if len(got) >= want:
+            break
+    assert len(got) == want and got.count(b"250 2.0.0 Ok\r\n") == sent // 6
+    srv.close()

@@ -28,6 +28,12 @@ __all__ = ["Message", "SmtpServer", "SmtpSession", "greeting_line"]
 MAX_COMMAND_LINE = 512     # RFC 5321 §4.5.3.1.4, CRLF included
 MAX_TEXT_LINE = 1000       # §4.5.3.1.6
 MAX_MESSAGE = 10 * 1024 * 1024
+# Reply bytes one session may have waiting to be sent. A pipelining client (RFC 2920) that
+# never reads its replies would otherwise grow them without bound (and EHLO answers 8 bytes
+# with 80): past this the session's lines wait unprocessed and the session is not read until
+# the replies drain, as a server whose write blocks stops reading; counted in
+# ``SmtpServer.reply_backlog_full``.
+MAX_REPLY_BACKLOG = 64 << 10
 _PATH = re.compile(r"^\s*<([^<>]*)>(.*)$")
 _REPLY_CODE = re.compile(rb"^[2-5][0-9][0-9](?:[ -]|$)")
 
@@ -68,11 +74,14 @@ class SmtpSession:
     def greeting(self) -> bytes:
         return f"220 {self.hostname} ESMTP usertcp\r\n".encode()
 
-    def feed(self, data: bytes) -> bytes:
-        """Take received bytes, return the replies to send (pipelining is fine, RFC 2920)."""
+    def feed(self, data: bytes, room: int = 1 << 62) -> bytes:
+        """Take received bytes, return the replies to send (pipelining is fine, RFC 2920).
+        Once ``room`` bytes of replies are out, later lines wait in the session
+        (:attr:`waiting`) for a later ``feed(b"", room)``."""
         self._buf += data
         out: list[bytes] = []
-        while not self.closed:
+        size = 0
+        while not self.closed and size < room:
             end = self._buf.find(b"\n")
             if end < 0:
                 limit = MAX_TEXT_LINE if self.in_data else MAX_COMMAND_LINE
@@ -82,8 +91,15 @@ class SmtpSession:
                 break
             line = bytes(self._buf[:end + 1])
             del self._buf[:end + 1]
-            out.append(self._data_line(line) if self.in_data else self._command(line))
+            reply = self._data_line(line) if self.in_data else self._command(line)
+            out.append(reply)
+            size += len(reply)
         return b"".join(out)
+
+    @property
+    def waiting(self) -> bool:
+        """A complete line waits to be processed: :meth:`feed` ran out of ``room``."""
+        return not self.closed and b"\n" in self._buf
 
     def _data_line(self, line: bytes) -> bytes:
         body = line.rstrip(b"\r\n")
@@ -180,6 +196,7 @@ class SmtpServer:
         self.preload = preload
         self.messages: list[Message] = []
         self.wakeups = 0                   # poll rounds that found work
+        self.reply_backlog_full = 0        # reads held back: a session's replies were not taken
         self.sock = host.socket()
         self.sock.setblocking(False)
         self.sock.bind(address)
@@ -197,7 +214,8 @@ class SmtpServer:
 
     def poll(self, timeout: float | None) -> bool:
         """One select() round: accept, read, reply. False if nothing was ready."""
-        rlist = [self.sock, *self.sessions]
+        rlist = [self.sock, *(s for s, (session, out) in self.sessions.items()
+                              if len(out) < MAX_REPLY_BACKLOG and not session.waiting)]
         wlist = [s for s, (_, out) in self.sessions.items() if out]
         r, w, _ = sockets.select(rlist, wlist, [], timeout)
         if not r and not w:
@@ -238,15 +256,21 @@ class SmtpServer:
         if not data:
             self._drop(s)
             return
-        out += session.feed(data)
+        out += session.feed(data, MAX_REPLY_BACKLOG - len(out))
         self._flush(s)
+        if s in self.sessions and (session.waiting or len(out) >= MAX_REPLY_BACKLOG):
+            self.reply_backlog_full += 1       # not read again until the replies drain
 
     def _flush(self, s: Socket) -> None:
         session, out = self.sessions[s]
         try:
-            while out:
-                n = s.send(bytes(out))
-                del out[:n]
+            while True:
+                while out:
+                    n = s.send(bytes(out))
+                    del out[:n]
+                if not session.waiting:
+                    break
+                out += session.feed(b"", MAX_REPLY_BACKLOG)   # the lines held back
         except BlockingIOError:
             return
         except OSError as e:
