@@ -120,3 +120,22 @@ def test_receive_hoarders_shrink_their_windows_and_a_new_client_is_served() -> N
 
     assert drv.run_until(echoed, 30.0), (len(got), server.mem.used)
     assert bytes(got) == request
+
+
+def test_a_socket_holds_no_more_truesize_than_its_buffer_under_pressure() -> None:
+    """Linux tcp_try_rmem_schedule compares sk_rmem_alloc (truesize) with sk_rcvbuf, not the
+    payload: 1-byte segments out of order, one every other byte, stop at the buffer's size
+    (before: payload counted, 1024 chunks held 300 KB of a 128 KB buffer). Under memory
+    pressure tcp_clamp_window does not grow the buffer to make room."""
+    p, conn = ofo_peer()
+    p.stack.mem.add(LIMIT * 2 // 3 + 1)        # the rest of the stack: pressure, not the limit
+    rcvbuf = conn.rcvbuf_limit
+    for k in range(2000):
+        p.send(".", 3 + 2 * k, 1, payload=b"x")
+    one = 41 + RX_CHUNK_OVERHEAD
+    assert p.stack.mem.pressure
+    assert conn.rcvbuf_limit == rcvbuf and rcvbuf < conn.rx.rmem_alloc() <= rcvbuf + one
+    mib = p.stack.counters
+    assert mib["TcpExtTCPOFODrop"] > 0 and mib["TcpExtPruneCalled"] > 0
+    p.send(".", 1, 1, payload=b"y" * 2)        # the first hole fills: the byte at 3 follows
+    assert conn.readable_bytes == 3
