@@ -45,6 +45,36 @@ def test_session_dialogue_and_dot_unstuffing() -> None:
     assert s.feed(b"QUIT\r\nNOOP\r\n") == b"221 2.0.0 Bye\r\n" and s.closed
 
 
+def test_messages_in_progress_are_bounded_server_wide_and_per_message() -> None:
+    """Issue 20 point 1, the apps' own backlogs: sessions share a pool of message bytes held
+    while DATA arrives; a message that does not fit is refused at its end with 452 (RFC 5321
+    §4.2.5) and its bytes freed, one past MAX_MESSAGE with 552 (§4.5.3.1.10: before, it was
+    accepted cut short)."""
+    from usertcp.apps.smtp import MAX_MESSAGE, DataPool
+
+    pool = DataPool(1000)
+    a, b = SmtpSession("h", pool=pool), SmtpSession("h", pool=pool)
+    start = b"HELO x\r\nMAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n"
+    for s in (a, b):
+        assert s.feed(start).endswith(b"354 End data with <CR><LF>.<CR><LF>\r\n")
+    a.feed(b"x" * 798 + b"\r\n")                    # a holds 800 of the 1000
+    assert pool.used == 800
+    assert b.feed(b"y" * 298 + b"\r\n.\r\n") == b"452 4.3.1 Insufficient system storage\r\n"
+    assert pool.used == 800 and pool.refused == 1 and not b.messages
+    assert a.feed(b".\r\n").startswith(b"250") and pool.used == 0
+    assert b.feed(b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\nyy\r\n.\r\n").endswith(b"queued as 1\r\n")
+    c = SmtpSession("h", pool=DataPool(2 * MAX_MESSAGE))
+    c.feed(start)
+    line = b"z" * 998 + b"\r\n"
+    replies = b"".join(c.feed(line) for _ in range(MAX_MESSAGE // len(line) + 2))
+    assert replies == b"" and c.pool is not None and c.pool.used == 0
+    assert c.feed(b".\r\n") == b"552 5.3.4 Message size exceeds fixed maximum message size\r\n"
+    assert not c.messages
+    c.feed(b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n" + line)
+    c.discard()                                       # the connection went away mid-DATA
+    assert c.pool.used == 0
+
+
 def _world(driver_cls: type[D], cfg: StackConfig | None = None) -> tuple[D, us.Host, us.Host]:
     net = Network(seed=1)
     sa, sb = Stack([A], cfg, name="client"), Stack([B], cfg, name="server")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from usertcp.api import sockets
 from usertcp.api.sockets import Host, Socket
 
-__all__ = ["Message", "SmtpServer", "SmtpSession", "greeting_line"]
+__all__ = ["DataPool", "Message", "SmtpServer", "SmtpSession", "greeting_line"]
 
 MAX_COMMAND_LINE = 512     # RFC 5321 §4.5.3.1.4, CRLF included
 MAX_TEXT_LINE = 1000       # §4.5.3.1.6
@@ -34,6 +34,10 @@ MAX_MESSAGE = 10 * 1024 * 1024
 # the replies drain, as a server whose write blocks stops reading; counted in
 # ``SmtpServer.reply_backlog_full``.
 MAX_REPLY_BACKLOG = 64 << 10
+# Message bytes all sessions of one server may hold while their DATA is still arriving: each
+# message is bounded by MAX_MESSAGE, but many sessions in DATA at once would not be. Past it a
+# message is refused at its end with 452 (RFC 5321 §4.2.5), counted in ``DataPool.refused``.
+MAX_DATA_IN_PROGRESS = 64 << 20
 _PATH = re.compile(r"^\s*<([^<>]*)>(.*)$")
 _REPLY_CODE = re.compile(rb"^[2-5][0-9][0-9](?:[ -]|$)")
 
@@ -47,6 +51,23 @@ def greeting_line(text: bytes) -> bytes:
     if not _REPLY_CODE.match(lines[0]):
         lines[0] = b"220 " + lines[0]
     return b"".join(line + b"\r\n" for line in lines)
+
+
+class DataPool:
+    """Message bytes a server's sessions hold while DATA arrives (MAX_DATA_IN_PROGRESS)."""
+
+    __slots__ = ("limit", "refused", "used")
+
+    def __init__(self, limit: int = MAX_DATA_IN_PROGRESS) -> None:
+        self.limit = limit
+        self.used = 0
+        self.refused = 0        # messages refused with 452 because the pool was full
+
+    def take(self, n: int) -> bool:
+        if self.used + n > self.limit:
+            return False
+        self.used += n
+        return True
 
 
 @dataclass
@@ -68,8 +89,10 @@ class SmtpSession:
     rcpt_to: list[str] = field(default_factory=list)
     in_data: bool = False
     closed: bool = False
+    pool: DataPool | None = None   # shared by a server's sessions
     _buf: bytearray = field(default_factory=bytearray)
     _data: bytearray = field(default_factory=bytearray)
+    _refuse: bytes = b""           # the reply for "." when the message could not be kept
 
     def greeting(self) -> bytes:
         return f"220 {self.hostname} ESMTP usertcp\r\n".encode()
@@ -105,21 +128,44 @@ class SmtpSession:
         body = line.rstrip(b"\r\n")
         if body == b".":
             self.in_data = False
-            msg = Message(self.mail_from or "", list(self.rcpt_to), bytes(self._data), self.helo)
-            self.messages.append(msg)
+            refuse = self._refuse
+            if not refuse:
+                msg = Message(self.mail_from or "", list(self.rcpt_to), bytes(self._data), self.helo)
+                self.messages.append(msg)
             self._reset()
-            return f"250 2.0.0 Ok: queued as {len(self.messages)}\r\n".encode()
+            return refuse or f"250 2.0.0 Ok: queued as {len(self.messages)}\r\n".encode()
         if body.startswith(b"."):
             body = body[1:]                # RFC 5321 §4.5.2 transparency
-        if len(self._data) + len(body) + 2 > MAX_MESSAGE:
-            return b""                     # keep reading to the end; §4.5.3.1.10 rejects at "."
-        self._data += body + b"\r\n"
+        if self._refuse:
+            return b""                     # read on to the end; refused at "."
+        n = len(body) + 2
+        if len(self._data) + n > MAX_MESSAGE:
+            self._refuse = b"552 5.3.4 Message size exceeds fixed maximum message size\r\n"   # §4.5.3.1.10
+        elif self.pool is not None and not self.pool.take(n):
+            self._refuse = b"452 4.3.1 Insufficient system storage\r\n"   # §4.2.5
+            self.pool.refused += 1
+        else:
+            self._data += body + b"\r\n"
+            return b""
+        self._release()
         return b""
+
+    def _release(self) -> None:
+        """Give the message bytes held back to the pool and drop them."""
+        if self.pool is not None:
+            self.pool.used -= len(self._data)
+        self._data = bytearray()
 
     def _reset(self) -> None:
         self.mail_from = None
         self.rcpt_to = []
-        self._data = bytearray()
+        self._release()
+        self._refuse = b""
+
+    def discard(self) -> None:
+        """The connection is gone: a message still arriving is dropped, its bytes freed."""
+        self.in_data = False
+        self._reset()
 
     def _command(self, line: bytes) -> bytes:
         if len(line) > MAX_COMMAND_LINE:
@@ -197,6 +243,7 @@ class SmtpServer:
         self.messages: list[Message] = []
         self.wakeups = 0                   # poll rounds that found work
         self.reply_backlog_full = 0        # reads held back: a session's replies were not taken
+        self.data_pool = DataPool()        # message bytes of every session still in DATA
         self.sock = host.socket()
         self.sock.setblocking(False)
         self.sock.bind(address)
@@ -210,7 +257,7 @@ class SmtpServer:
         self._stop = threading.Event()
 
     def _session(self) -> SmtpSession:
-        return SmtpSession(self.hostname, self.messages)
+        return SmtpSession(self.hostname, self.messages, pool=self.data_pool)
 
     def poll(self, timeout: float | None) -> bool:
         """One select() round: accept, read, reply. False if nothing was ready."""
@@ -282,7 +329,9 @@ class SmtpServer:
             self._drop(s)
 
     def _drop(self, s: Socket) -> None:
-        self.sessions.pop(s, None)
+        entry = self.sessions.pop(s, None)
+        if entry is not None:
+            entry[0].discard()
         s.close()
 
     def serve(self, interval: float = 0.05) -> None:
