@@ -89,3 +89,16 @@ def test_out_of_order_queue_is_charged_and_pruned_for_in_order_data() -> None:
     assert p.stack.counters["TcpExtOfoPruned"] == 1 and conn.ooo.bytes_queued == 0
     assert conn.readable_bytes == 500
     conn.abort(p.now)
+
+
+def test_a_long_run_of_tiny_segments_costs_a_few_bytes_per_byte() -> None:
+    """A collapsed run that is itself still small joins the next run, so a stream of 1-byte
+    segments ends in chunks of hundreds of bytes (before: one 32-byte chunk per run, each
+    with a whole buffer's overhead: 9.5 bytes charged per byte received)."""
+    p = ScriptedPeer()
+    conn = p.passive_open()
+    for i in range(5000):
+        p.send(".", 1 + i, 1, payload=b"t")
+    assert conn.readable_bytes == 5000
+    assert conn.rcv_buf.charged == p.stack.mem.used < 4 * 5000
+    assert conn.recv(1 << 16, p.now) == b"t" * 5000 and p.stack.mem.used == 0
