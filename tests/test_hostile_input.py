@@ -96,6 +96,36 @@ def test_listener_discards_syn_fin_and_synless_segments(flags: int, payload: byt
     assert len(st.datagrams_to_send()) == 1
 
 
+def test_syn_with_rst_is_judged_as_linux_does() -> None:
+    """SYN and RST together is no header error (before: TcpInErrs at the parser): Linux
+    takes the RST first. A listener discards it (SKB_DROP_REASON_TCP_RESET), a closed port
+    does not answer it, an established connection is reset by it at RCV.NXT
+    (tcp_validate_incoming, step 2), and a request in SYN-RECEIVED does not take it for a
+    retransmitted SYN (tcp_check_req: "flg == TCP_FLAG_SYN")."""
+    st = listening_stack()
+    st.receive(syn_from(REMOTE, LOCAL, SYN | RST), 0.0)
+    st.receive(syn_from(REMOTE, LOCAL, SYN | FIN | RST), 0.0)
+    assert st.datagrams_to_send() == [] and not st.connections
+    assert st.counters["SKB_DROP_REASON_TCP_RESET"] == 2 and st.counters["TcpInErrs"] == 0
+    closed = Stack([LOCAL])
+    closed.receive(syn_from(REMOTE, LOCAL, SYN | RST), 0.0)
+    assert closed.datagrams_to_send() == []
+
+    p = ScriptedPeer()
+    conn = p.passive_open()
+    p.drain()
+    p.send("SR", 1, 1)                                 # at RCV.NXT: a reset
+    assert conn.state is State.CLOSED and conn.error == errno.ECONNRESET
+    p.expect_nothing()
+
+    q = ScriptedPeer()
+    q.listen()
+    q.send("S", 0)
+    q.expect("S.", 0, 1)
+    q.send("SR", 0)                                    # not a retransmitted SYN: no SYN-ACK
+    assert not [s for s in q.drain() if s.seg.flags & SYN]
+
+
 # ---------------------------------------------------------------- challenge ACKs
 
 

@@ -65,13 +65,16 @@ def test_contiguous_small_chunks_are_collapsed_before_anything_is_pruned() -> No
     for k in range(40):                        # 40 contiguous 10-byte chunks at 101..501
         p.send(".", 101 + 10 * k, 1, payload=bytes(10))
     p.send(".", 1001, 1, payload=bytes(4000))  # one large chunk further up
+    mib = p.stack.counters
+    # On arrival, the first 32 small contiguous chunks were copied into one (tcp_collapse
+    # of small segments as they come); the 8 after it wait.
+    assert mib["TcpExtTCPRcvCollapsed"] == 32 and len(conn.ooo) == 1 + 8 + 1
     mem = p.stack.mem
     before = conn.ooo.truesize
     mem.add(LIMIT - mem.used)
     p.send(".", 2, 1, payload=bytes(50))       # in order: room only after collapsing
-    mib = p.stack.counters
-    assert mib["TcpExtTCPRcvCollapsed"] == 40
-    assert len(conn.ooo) == 3 and conn.ooo.truesize < before - 30 * RX_CHUNK_OVERHEAD
+    assert mib["TcpExtTCPRcvCollapsed"] == 32 + 9
+    assert len(conn.ooo) == 3 and conn.ooo.truesize < before - 7 * RX_CHUNK_OVERHEAD
     assert mib["TcpExtOfoPruned"] == 0 and conn.readable_bytes == 0   # byte 1 still missing
 
 
@@ -120,3 +123,38 @@ def test_receive_hoarders_shrink_their_windows_and_a_new_client_is_served() -> N
 
     assert drv.run_until(echoed, 30.0), (len(got), server.mem.used)
     assert bytes(got) == request
+
+
+def test_a_socket_holds_no_more_truesize_than_its_buffer_under_pressure() -> None:
+    """Linux tcp_try_rmem_schedule compares sk_rmem_alloc (truesize) with sk_rcvbuf, not the
+    payload: 1-byte segments out of order, one every other byte, stop at the buffer's size
+    (before: payload counted, 1024 chunks held 300 KB of a 128 KB buffer). Under memory
+    pressure tcp_clamp_window does not grow the buffer to make room."""
+    p, conn = ofo_peer()
+    p.stack.mem.add(LIMIT * 2 // 3 + 1)        # the rest of the stack: pressure, not the limit
+    rcvbuf = conn.rcvbuf_limit
+    for k in range(2000):
+        p.send(".", 3 + 2 * k, 1, payload=b"x")
+    one = 41 + RX_CHUNK_OVERHEAD
+    assert p.stack.mem.pressure
+    assert conn.rcvbuf_limit == rcvbuf and rcvbuf < conn.rx.rmem_alloc() <= rcvbuf + one
+    mib = p.stack.counters
+    assert mib["TcpExtTCPOFODrop"] > 0 and mib["TcpExtPruneCalled"] > 0
+    p.send(".", 1, 1, payload=b"y" * 2)        # the first hole fills: the byte at 3 follows
+    assert conn.readable_bytes == 3
+
+
+def test_tiny_contiguous_segments_out_of_order_are_collapsed_as_they_arrive() -> None:
+    """5,000 one-byte segments in a row beyond a hole: runs of small chunks are copied into
+    one buffer as they come (Linux tcp_ooo_try_coalesce / tcp_collapse), so they are all held
+    at a fraction of a packet buffer each (before: 1,024 chunks, 300 KB of truesize for 1 KB,
+    and the other 3,976 segments dropped at the queue's segment limit)."""
+    p, conn = ofo_peer()
+    for k in range(5000):
+        p.send(".", 3 + k, 1, payload=b"z")
+    mib = p.stack.counters
+    assert conn.ooo.bytes_queued == 5000 and mib["TcpExtTCPOFODrop"] == 0
+    assert len(conn.ooo) < 5000 // 100 and conn.ooo.truesize < 5000 * 4
+    assert mib["TcpExtTCPRcvCollapsed"] >= 5000 - 32
+    p.send(".", 1, 1, payload=b"ab")
+    assert conn.recv(1 << 16, p.now) == b"ab" + b"z" * 5000 and conn.ooo.truesize == 0

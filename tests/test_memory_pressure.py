@@ -105,3 +105,25 @@ def test_echo_backlog_is_bounded_server_wide_and_counted() -> None:
     drv.kick()
     drv.run_for(1.0)
     assert app.stats["echo_backlog"] == 0
+
+
+def test_a_refused_write_shrinks_the_send_buffer_and_waits_for_space() -> None:
+    """Linux tcp_stream_alloc_skb, when the stack is past tcp_mem and the socket past its
+    tcp_wmem[0]: memory pressure, sk_stream_moderate_sndbuf (the send buffer shrinks to half
+    of what is queued) and SOCK_NOSPACE, so the writer is woken when ACKs make room."""
+    from peer import ScriptedPeer
+    from usertcp.tcp.memory import SOCK_MIN_SNDBUF
+
+    p = ScriptedPeer(StackConfig(mem_limit=LIMIT))
+    conn = p.passive_open()
+    p.drain()
+    mem = p.stack.mem
+    mem.add(LIMIT - mem.used)                   # the other sockets hold everything
+    before = conn.sndbuf_limit
+    wmem_min = conn.config.wmem[0]
+    queued = conn.send(bytes(64 << 10), p.now)
+    assert 0 < queued <= wmem_min                # only its guaranteed minimum
+    assert conn.send(b"more", p.now) == 0
+    assert p.stack.counters["UsertcpSendMemLimited"] >= 1 and mem.pressure
+    assert conn.sndbuf_limit == max(conn.snd_buf.wmem_queued >> 1, SOCK_MIN_SNDBUF) < before
+    assert conn.sock_nospace

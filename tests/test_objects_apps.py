@@ -214,3 +214,87 @@ def test_cache_protocol_on_connections_in_virtual_time() -> None:
     assert talk(b"set c 0 0 2\r\nxyz\r\n", b"\r\n") == b"CLIENT_ERROR bad data chunk\r\n"
     cache.close()
     assert store.is_empty()
+
+
+def test_cache_client_that_never_reads_cannot_queue_replies_without_bound() -> None:
+    """A client pipelining ``get``s and never reading (issue 20 point 1, the apps' own
+    backlogs): the cache stops reading its commands once MAX_REPLIES_IN_FLIGHT replies wait
+    (memcached stops reading a connection whose writes block), counts it, and reads on as
+    the client drains; every reply arrives, in order."""
+    from usertcp.apps.cache import MAX_REPLIES_IN_FLIGHT
+
+    pair = make_pair(LinkConfig(delay=0.001))
+    client, conn = pair.open(11211)
+    store = Store(8 << 20, driver=pair.driver)
+    cache = CacheServer(store)
+    cache.attach(conn)
+    value = bytes(range(256)) * 64                       # 16 KiB: the client's window fills
+    client.send(b"set v 0 0 %d\r\n" % len(value) + value + b"\r\n", pair.now)
+    n = 400
+    client.send(b"get v\r\n" * n, pair.now)
+    peak = 0
+
+    def step() -> bool:
+        nonlocal peak
+        cache.poll()
+        peak = max(peak, max((cl.replies for cl in cache._clients), default=0))
+        pair.driver.kick()
+        return False
+
+    pair.driver.run_until(step, 2.0)                     # nobody reads for two seconds
+    assert cache.stats["reply_backlog_full"] > 0
+    assert 0 < peak <= MAX_REPLIES_IN_FLIGHT             # before: every request read, 400 queued
+    got = bytearray()
+    reply = b"VALUE v 0 %d\r\n" % len(value) + value + b"\r\nEND\r\n"
+
+    def drain() -> bool:
+        cache.poll()
+        if client.readable_bytes:
+            got.extend(client.recv(1 << 20, pair.now))
+        pair.driver.kick()
+        return len(got) >= len(b"STORED\r\n") + n * len(reply)
+
+    assert pair.driver.run_until(drain, 60), len(got)
+    assert bytes(got) == b"STORED\r\n" + reply * n
+    cache.close()
+    assert store.is_empty()
+
+
+def test_proxy_to_a_destination_that_never_reads_holds_a_bounded_backlog() -> None:
+    """Issue 20 point 1, the apps' own backlogs: the destination stops reading, so the
+    forwarder's sends stop completing; it reads the next message only while fewer than
+    MAX_SENDS_IN_FLIGHT wait (counted in ``held``), instead of capturing the source's
+    messages until the shared store is full. When the destination reads, all arrive."""
+    from usertcp.apps.proxy import MAX_SENDS_IN_FLIGHT
+
+    pair = make_pair(LinkConfig(delay=0.001))
+    client, down, up, upstream = _four(pair)
+    store = Store(64 << 20, driver=pair.driver, compact_ratio=0)
+    ring = Ring(store)
+    fwd = Forwarder(store, ring, down, up, "length")
+    body = bytes(range(256)) * 64                      # 16 KiB messages
+    wire = (struct.pack(">I", len(body)) + body) * 300
+    sent = 0
+    peak = 0
+
+    def push() -> bool:
+        nonlocal sent, peak
+        if sent < len(wire) and client.send_space > 0:
+            sent += client.send(wire[sent:sent + 65536], pair.now)
+        fwd.poll()
+        peak = max(peak, fwd._sends)
+        pair.driver.kick()
+        return False
+
+    pair.driver.run_until(push, 2.0)                                # upstream reads nothing
+    assert fwd.held > 0 and peak <= MAX_SENDS_IN_FLIGHT             # before: every message read
+    assert fwd.messages < 300 // 2
+    got = bytearray()
+
+    def step() -> None:
+        push()
+        if upstream.readable_bytes:
+            got.extend(upstream.recv(1 << 22, pair.now))
+
+    _run(pair, lambda: len(got) == len(wire), step)
+    assert bytes(got) == wire and fwd.messages == 300 and not fwd.error

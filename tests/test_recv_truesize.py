@@ -76,16 +76,29 @@ def test_out_of_order_queue_is_charged_and_pruned_for_in_order_data() -> None:
     so that in-order data still gets in."""
     from usertcp.tcp.config import StackConfig
 
-    # The stack's limit (32 KiB) binds inside the initial window (64,240 bytes from tcp_rmem,
-    # as Linux 6.18 chooses it): the drops are the memory's, not the window's.
-    p = ScriptedPeer(StackConfig(mem_limit=32 << 10))
+    p = ScriptedPeer(StackConfig(mem_limit=40 << 10))   # reached inside the 64 KiB window
     conn = p.passive_open()
     for i in range(50):                               # out of order, beyond a 5000-byte hole
         p.send(".", 5001 + i * 1000, 1, payload=b"o" * 1000)
     held = conn.ooo.bytes_queued
     assert held > 0 and p.stack.mem.used >= held      # charged (before: 0)
-    assert p.stack.counters["TcpExtTCPOFODrop"] > 0   # ...up to the stack's limit
+    mib = p.stack.counters                            # ...up to the stack's limit, as Linux
+    assert mib["TcpExtTCPOFODrop"] > 0 and mib["SKB_DROP_REASON_PROTO_MEM"] == mib["TcpExtTCPOFODrop"]
+    assert mib["SKB_DROP_REASON_TCP_INVALID_SEQUENCE"] == 0   # all inside the window
     p.send(".", 1, 1, payload=b"i" * 500)             # in order: the queue is pruned for it
     assert p.stack.counters["TcpExtOfoPruned"] == 1 and conn.ooo.bytes_queued == 0
     assert conn.readable_bytes == 500
     conn.abort(p.now)
+
+
+def test_a_long_run_of_tiny_segments_costs_a_few_bytes_per_byte() -> None:
+    """A collapsed run that is itself still small joins the next run, so a stream of 1-byte
+    segments ends in chunks of hundreds of bytes (before: one 32-byte chunk per run, each
+    with a whole buffer's overhead: 9.5 bytes charged per byte received)."""
+    p = ScriptedPeer()
+    conn = p.passive_open()
+    for i in range(5000):
+        p.send(".", 1 + i, 1, payload=b"t")
+    assert conn.readable_bytes == 5000
+    assert conn.rcv_buf.charged == p.stack.mem.used < 4 * 5000
+    assert conn.recv(1 << 16, p.now) == b"t" * 5000 and p.stack.mem.used == 0

@@ -45,6 +45,36 @@ def test_session_dialogue_and_dot_unstuffing() -> None:
     assert s.feed(b"QUIT\r\nNOOP\r\n") == b"221 2.0.0 Bye\r\n" and s.closed
 
 
+def test_messages_in_progress_are_bounded_server_wide_and_per_message() -> None:
+    """Issue 20 point 1, the apps' own backlogs: sessions share a pool of message bytes held
+    while DATA arrives; a message that does not fit is refused at its end with 452 (RFC 5321
+    §4.2.5) and its bytes freed, one past MAX_MESSAGE with 552 (§4.5.3.1.10: before, it was
+    accepted cut short)."""
+    from usertcp.apps.smtp import MAX_MESSAGE, DataPool
+
+    pool = DataPool(1000)
+    a, b = SmtpSession("h", pool=pool), SmtpSession("h", pool=pool)
+    start = b"HELO x\r\nMAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n"
+    for s in (a, b):
+        assert s.feed(start).endswith(b"354 End data with <CR><LF>.<CR><LF>\r\n")
+    a.feed(b"x" * 798 + b"\r\n")                    # a holds 800 of the 1000
+    assert pool.used == 800
+    assert b.feed(b"y" * 298 + b"\r\n.\r\n") == b"452 4.3.1 Insufficient system storage\r\n"
+    assert pool.used == 800 and pool.refused == 1 and not b.messages
+    assert a.feed(b".\r\n").startswith(b"250") and pool.used == 0
+    assert b.feed(b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\nyy\r\n.\r\n").endswith(b"queued as 1\r\n")
+    c = SmtpSession("h", pool=DataPool(2 * MAX_MESSAGE))
+    c.feed(start)
+    line = b"z" * 998 + b"\r\n"
+    replies = b"".join(c.feed(line) for _ in range(MAX_MESSAGE // len(line) + 2))
+    assert replies == b"" and c.pool is not None and c.pool.used == 0
+    assert c.feed(b".\r\n") == b"552 5.3.4 Message size exceeds fixed maximum message size\r\n"
+    assert not c.messages
+    c.feed(b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n" + line)
+    c.discard()                                       # the connection went away mid-DATA
+    assert c.pool.used == 0
+
+
 def _world(driver_cls: type[D], cfg: StackConfig | None = None) -> tuple[D, us.Host, us.Host]:
     net = Network(seed=1)
     sa, sb = Stack([A], cfg, name="client"), Stack([B], cfg, name="server")
@@ -140,3 +170,37 @@ def test_smtplib_sends_a_message() -> None:
     assert msg.mail_from == "alice@a.test" and msg.rcpt_to == ["bob@b.test", "carol@c.test"]
     assert msg.helo == "client.test"
     assert msg.data == body.encode()               # smtplib dot-stuffed, we unstuffed
+
+
+def test_pipelining_client_that_never_reads_cannot_grow_the_reply_backlog() -> None:
+    """Issue 20 point 1, the apps' own backlogs: a client that pipelines NOOPs (RFC 2920) and
+    never reads its replies. Once a session's replies pass MAX_REPLY_BACKLOG the server stops
+    reading it (counted) instead of growing them; reading on, the client gets every reply."""
+    from usertcp.apps.smtp import MAX_REPLY_BACKLOG
+
+    drv, client_host, server_host = _world(VirtualTimeDriver)
+    srv = SmtpServer(server_host, (B, 25))
+    conn = client_host.stack.create_connection(B, 25)
+    client_host.stack.connect(conn, drv.now())
+    assert drv.run_until(lambda: conn.send_space > 0, 5)
+    chunk = b"NOOP\r\n" * 10000
+    sent = 0
+    peak = 0
+    for _ in range(100):                                  # 60 KB offered per round, no reads
+        sent += conn.send(chunk[:conn.send_space - conn.send_space % 6], drv.now())
+        drv.kick()
+        srv.poll(0.01)
+        peak = max([peak, *(len(out) for _, out in srv.sessions.values())])
+    assert srv.reply_backlog_full > 0
+    assert peak < MAX_REPLY_BACKLOG + 100, peak            # one reply past it at most
+    assert sent // 6 * 14 > 4 * MAX_REPLY_BACKLOG          # ...far less than was asked for
+    got = bytearray()
+    want = sent // 6 * len(b"250 2.0.0 Ok\r\n") + len(b"220 usertcp.test ESMTP usertcp\r\n")
+    for _ in range(2000):
+        got += conn.recv(1 << 20, drv.now())
+        drv.kick()
+        srv.poll(0.01)
+        if len(got) >= want:
+            break
+    assert len(got) == want and got.count(b"250 2.0.0 Ok\r\n") == sent // 6
+    srv.close()

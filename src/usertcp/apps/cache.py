@@ -39,6 +39,11 @@ from usertcp.tcp.stack import Listener, Stack
 MAX_LINE = 2048
 MAX_KEY = 250
 MAX_VALUE = 1 << 20
+# Replies one client may have queued and not yet handed to TCP. A client that pipelines
+# requests and never reads would otherwise grow them without bound, and their prefixes are
+# charged to the store's budget that every client shares; past this, the next command line
+# is read only once a reply has gone (memcached stops reading a connection whose writes block).
+MAX_REPLIES_IN_FLIGHT = 64
 BAD_FORMAT = b"CLIENT_ERROR bad command line format\r\n"
 DELETE_USAGE = b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
 
@@ -58,7 +63,7 @@ class _Value:
 class _Client:
     """One client connection's parser state; commands run one at a time, in order."""
 
-    __slots__ = ("conn", "sid", "pos", "pending_set", "closing", "replies")
+    __slots__ = ("conn", "sid", "pos", "pending_set", "closing", "replies", "held_line")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -68,6 +73,7 @@ class _Client:
         self.pending_set: list[Any] | None = None
         self.closing = False
         self.replies = 0             # OBJ_SENDs in flight
+        self.held_line: tuple[int, bool] | None = None   # the next line's read, held back
 
 
 class CacheServer:
@@ -83,7 +89,7 @@ class CacheServer:
         self.values: dict[bytes, _Value] = {}
         self.listener = listener
         self.stats = {"get_hits": 0, "get_misses": 0, "sets": 0, "deletes": 0, "connections": 0,
-                      "errors": 0}
+                      "errors": 0, "reply_backlog_full": 0}
         self.started = time.time()
         self._ud = itertools.count(1)
         self._tags: dict[int, tuple[int, _Client]] = {}
@@ -175,6 +181,10 @@ class CacheServer:
     # --------------------------------------------------------------- protocol
 
     def _next_line(self, cl: _Client, want: int = MAX_LINE, waitall: bool = False) -> None:
+        if cl.replies >= MAX_REPLIES_IN_FLIGHT:
+            cl.held_line = (want, waitall)      # read on once a reply has gone (_handle)
+            self.stats["reply_backlog_full"] += 1
+            return
         self._prep(_LINE, cl, lambda ud: self.ring.prep_inspect(
             cl.sid, cl.pos, want, ud, flags=INSPECT_WAITALL if waitall else 0))
 
@@ -216,6 +226,10 @@ class CacheServer:
             cl.replies -= 1
             if cl.closing:
                 self._finish(cl)
+            elif cl.held_line is not None and cl.replies < MAX_REPLIES_IN_FLIGHT:
+                want, waitall = cl.held_line
+                cl.held_line = None
+                self._next_line(cl, want, waitall)
             return
         if kind in (_DETACH, _DROP):
             return

@@ -25,6 +25,11 @@ from usertcp.objects.store import Store
 
 Framing = Literal["length", "http"]
 MAX_HEADER = 16384
+# Messages forwarded and not yet handed to the destination's TCP. A destination that never
+# reads would otherwise let the source's messages pile up as objects in the store, whose
+# budget every forwarder on it shares; past this the next message is read only once a send
+# has completed (counted in ``held``).
+MAX_SENDS_IN_FLIGHT = 16
 
 _H_INSPECT, _H_DISCARD, _H_BODY, _H_SEND, _H_COLLECT = range(5)
 
@@ -65,7 +70,8 @@ class Forwarder:
     """
 
     __slots__ = ("store", "ring", "src", "dst", "framing", "rewrite", "sid", "pos", "messages",
-                 "body_bytes", "error", "eof", "_ud", "_tags", "_header", "_blen", "_sends")
+                 "body_bytes", "error", "eof", "held", "_ud", "_tags", "_header", "_blen", "_sends",
+                 "_held_next")
 
     def __init__(self, store: Store, ring: Ring, src: object, dst: object, framing: Framing = "length",
                  *, rewrite: Callable[[bytes], bytes] | None = None) -> None:
@@ -86,6 +92,8 @@ class Forwarder:
         self._header = b""
         self._blen = 0
         self._sends = 0              # OBJ_SENDs not yet completed
+        self.held = 0                # times the next message waited for a send to complete
+        self._held_next = False
         self._submit(_H_COLLECT, lambda ud: ring.prep_collect(src, ud))
 
     @property
@@ -137,13 +145,16 @@ class Forwarder:
             self._sends -= 1
             if res < 0:
                 self._stop(-res)
+            elif self._held_next and not self.error:
+                self._held_next = False
+                self._next_message()
             return
         if res < 0:
             self._stop(-res)
             return
         if kind == _H_COLLECT:
             self.sid = res
-            self._inspect(4 if self.framing == "length" else MAX_HEADER, self.framing == "length")
+            self._next_message()
         elif kind == _H_INSPECT:
             data = cqe.data or b""
             if not data:
@@ -187,6 +198,13 @@ class Forwarder:
             self.dst, rs, ud, prefix=header, flags=SEND_LAST if handle else 0))
         self.messages += 1
         self.body_bytes += rs[0][2] if rs else 0
+        if self._sends >= MAX_SENDS_IN_FLIGHT:
+            self._held_next = True       # read on when a send completes (_handle)
+            self.held += 1
+            return
+        self._next_message()
+
+    def _next_message(self) -> None:
         self._inspect(4 if self.framing == "length" else MAX_HEADER, self.framing == "length")
 
 

@@ -107,6 +107,7 @@ class ServeOptions:
     mtu: int = 1500
     rcvbuf: int = 4 << 20
     sndbuf: int = 4 << 20
+    mem_limit: int = 256 << 20       # StackConfig.mem_limit (Linux tcp_mem)
     impair: ImpairConfig | None = None
     report: str | None = None
     stats_file: str | None = None
@@ -153,6 +154,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mtu", type=int, default=1500)
     parser.add_argument("--rcvbuf", type=parse_size, default=4 << 20, help="per-connection receive buffer")
     parser.add_argument("--sndbuf", type=parse_size, default=4 << 20, help="per-connection send buffer")
+    parser.add_argument("--mem-limit", type=parse_size, default=256 << 20, metavar="N",
+                        help="bytes in all buffers of a queue's stack (Linux tcp_mem): memory pressure "
+                             "above 2/3, each socket keeps its tcp_rmem[0]/tcp_wmem[0] past N; 0: none")
     parser.add_argument("--impair", metavar="SPEC",
                         help="loss/reorder on usertcp's side of the link: loss=P,reorder=P,delay=S,seed=N,"
                              "dir=both|in|out (see usertcp.net.impair)")
@@ -194,7 +198,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         preload=preload,
         fastopen=args.fastopen or args.fastopen_no_cookie, fastopen_no_cookie=args.fastopen_no_cookie,
         md5_keys=keys, pcap=args.pcap, offload=args.offload, mtu=args.mtu, rcvbuf=args.rcvbuf,
-        sndbuf=args.sndbuf, impair=parse_impair(args.impair) if args.impair else None, report=args.report,
+        sndbuf=args.sndbuf, mem_limit=args.mem_limit,
+        impair=parse_impair(args.impair) if args.impair else None, report=args.report,
         stats_file=args.stats_file, stats_interval=args.stats_interval, profile=args.profile,
         queues=args.queues, queue_mode=args.queue_mode,
         quiet=args.quiet)
@@ -229,7 +234,7 @@ class QueueServer:
         self.opts = opts
         self.device = device
         self.index = index
-        cfg = StackConfig(mtu=opts.mtu)
+        cfg = StackConfig(mtu=opts.mtu, mem_limit=opts.mem_limit)
         if opts.fastopen:
             cfg.fastopen |= TFO_SERVER_ENABLE
         self.stack = Stack(opts.addresses, cfg, name=f"serve-q{index}")

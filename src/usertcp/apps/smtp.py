@@ -23,11 +23,21 @@ from dataclasses import dataclass, field
 from usertcp.api import sockets
 from usertcp.api.sockets import Host, Socket
 
-__all__ = ["Message", "SmtpServer", "SmtpSession", "greeting_line"]
+__all__ = ["DataPool", "Message", "SmtpServer", "SmtpSession", "greeting_line"]
 
 MAX_COMMAND_LINE = 512     # RFC 5321 §4.5.3.1.4, CRLF included
 MAX_TEXT_LINE = 1000       # §4.5.3.1.6
 MAX_MESSAGE = 10 * 1024 * 1024
+# Reply bytes one session may have waiting to be sent. A pipelining client (RFC 2920) that
+# never reads its replies would otherwise grow them without bound (and EHLO answers 8 bytes
+# with 80): past this the session's lines wait unprocessed and the session is not read until
+# the replies drain, as a server whose write blocks stops reading; counted in
+# ``SmtpServer.reply_backlog_full``.
+MAX_REPLY_BACKLOG = 64 << 10
+# Message bytes all sessions of one server may hold while their DATA is still arriving: each
+# message is bounded by MAX_MESSAGE, but many sessions in DATA at once would not be. Past it a
+# message is refused at its end with 452 (RFC 5321 §4.2.5), counted in ``DataPool.refused``.
+MAX_DATA_IN_PROGRESS = 64 << 20
 _PATH = re.compile(r"^\s*<([^<>]*)>(.*)$")
 _REPLY_CODE = re.compile(rb"^[2-5][0-9][0-9](?:[ -]|$)")
 
@@ -41,6 +51,23 @@ def greeting_line(text: bytes) -> bytes:
     if not _REPLY_CODE.match(lines[0]):
         lines[0] = b"220 " + lines[0]
     return b"".join(line + b"\r\n" for line in lines)
+
+
+class DataPool:
+    """Message bytes a server's sessions hold while DATA arrives (MAX_DATA_IN_PROGRESS)."""
+
+    __slots__ = ("limit", "refused", "used")
+
+    def __init__(self, limit: int = MAX_DATA_IN_PROGRESS) -> None:
+        self.limit = limit
+        self.used = 0
+        self.refused = 0        # messages refused with 452 because the pool was full
+
+    def take(self, n: int) -> bool:
+        if self.used + n > self.limit:
+            return False
+        self.used += n
+        return True
 
 
 @dataclass
@@ -62,17 +89,22 @@ class SmtpSession:
     rcpt_to: list[str] = field(default_factory=list)
     in_data: bool = False
     closed: bool = False
+    pool: DataPool | None = None   # shared by a server's sessions
     _buf: bytearray = field(default_factory=bytearray)
     _data: bytearray = field(default_factory=bytearray)
+    _refuse: bytes = b""           # the reply for "." when the message could not be kept
 
     def greeting(self) -> bytes:
         return f"220 {self.hostname} ESMTP usertcp\r\n".encode()
 
-    def feed(self, data: bytes) -> bytes:
-        """Take received bytes, return the replies to send (pipelining is fine, RFC 2920)."""
+    def feed(self, data: bytes, room: int = 1 << 62) -> bytes:
+        """Take received bytes, return the replies to send (pipelining is fine, RFC 2920).
+        Once ``room`` bytes of replies are out, later lines wait in the session
+        (:attr:`waiting`) for a later ``feed(b"", room)``."""
         self._buf += data
         out: list[bytes] = []
-        while not self.closed:
+        size = 0
+        while not self.closed and size < room:
             end = self._buf.find(b"\n")
             if end < 0:
                 limit = MAX_TEXT_LINE if self.in_data else MAX_COMMAND_LINE
@@ -82,28 +114,58 @@ class SmtpSession:
                 break
             line = bytes(self._buf[:end + 1])
             del self._buf[:end + 1]
-            out.append(self._data_line(line) if self.in_data else self._command(line))
+            reply = self._data_line(line) if self.in_data else self._command(line)
+            out.append(reply)
+            size += len(reply)
         return b"".join(out)
+
+    @property
+    def waiting(self) -> bool:
+        """A complete line waits to be processed: :meth:`feed` ran out of ``room``."""
+        return not self.closed and b"\n" in self._buf
 
     def _data_line(self, line: bytes) -> bytes:
         body = line.rstrip(b"\r\n")
         if body == b".":
             self.in_data = False
-            msg = Message(self.mail_from or "", list(self.rcpt_to), bytes(self._data), self.helo)
-            self.messages.append(msg)
+            refuse = self._refuse
+            if not refuse:
+                msg = Message(self.mail_from or "", list(self.rcpt_to), bytes(self._data), self.helo)
+                self.messages.append(msg)
             self._reset()
-            return f"250 2.0.0 Ok: queued as {len(self.messages)}\r\n".encode()
+            return refuse or f"250 2.0.0 Ok: queued as {len(self.messages)}\r\n".encode()
         if body.startswith(b"."):
             body = body[1:]                # RFC 5321 §4.5.2 transparency
-        if len(self._data) + len(body) + 2 > MAX_MESSAGE:
-            return b""                     # keep reading to the end; §4.5.3.1.10 rejects at "."
-        self._data += body + b"\r\n"
+        if self._refuse:
+            return b""                     # read on to the end; refused at "."
+        n = len(body) + 2
+        if len(self._data) + n > MAX_MESSAGE:
+            self._refuse = b"552 5.3.4 Message size exceeds fixed maximum message size\r\n"   # §4.5.3.1.10
+        elif self.pool is not None and not self.pool.take(n):
+            self._refuse = b"452 4.3.1 Insufficient system storage\r\n"   # §4.2.5
+            self.pool.refused += 1
+        else:
+            self._data += body + b"\r\n"
+            return b""
+        self._release()
         return b""
+
+    def _release(self) -> None:
+        """Give the message bytes held back to the pool and drop them."""
+        if self.pool is not None:
+            self.pool.used -= len(self._data)
+        self._data = bytearray()
 
     def _reset(self) -> None:
         self.mail_from = None
         self.rcpt_to = []
-        self._data = bytearray()
+        self._release()
+        self._refuse = b""
+
+    def discard(self) -> None:
+        """The connection is gone: a message still arriving is dropped, its bytes freed."""
+        self.in_data = False
+        self._reset()
 
     def _command(self, line: bytes) -> bytes:
         if len(line) > MAX_COMMAND_LINE:
@@ -180,6 +242,8 @@ class SmtpServer:
         self.preload = preload
         self.messages: list[Message] = []
         self.wakeups = 0                   # poll rounds that found work
+        self.reply_backlog_full = 0        # reads held back: a session's replies were not taken
+        self.data_pool = DataPool()        # message bytes of every session still in DATA
         self.sock = host.socket()
         self.sock.setblocking(False)
         self.sock.bind(address)
@@ -193,11 +257,12 @@ class SmtpServer:
         self._stop = threading.Event()
 
     def _session(self) -> SmtpSession:
-        return SmtpSession(self.hostname, self.messages)
+        return SmtpSession(self.hostname, self.messages, pool=self.data_pool)
 
     def poll(self, timeout: float | None) -> bool:
         """One select() round: accept, read, reply. False if nothing was ready."""
-        rlist = [self.sock, *self.sessions]
+        rlist = [self.sock, *(s for s, (session, out) in self.sessions.items()
+                              if len(out) < MAX_REPLY_BACKLOG and not session.waiting)]
         wlist = [s for s, (_, out) in self.sessions.items() if out]
         r, w, _ = sockets.select(rlist, wlist, [], timeout)
         if not r and not w:
@@ -238,15 +303,21 @@ class SmtpServer:
         if not data:
             self._drop(s)
             return
-        out += session.feed(data)
+        out += session.feed(data, MAX_REPLY_BACKLOG - len(out))
         self._flush(s)
+        if s in self.sessions and (session.waiting or len(out) >= MAX_REPLY_BACKLOG):
+            self.reply_backlog_full += 1       # not read again until the replies drain
 
     def _flush(self, s: Socket) -> None:
         session, out = self.sessions[s]
         try:
-            while out:
-                n = s.send(bytes(out))
-                del out[:n]
+            while True:
+                while out:
+                    n = s.send(bytes(out))
+                    del out[:n]
+                if not session.waiting:
+                    break
+                out += session.feed(b"", MAX_REPLY_BACKLOG)   # the lines held back
         except BlockingIOError:
             return
         except OSError as e:
@@ -258,7 +329,9 @@ class SmtpServer:
             self._drop(s)
 
     def _drop(self, s: Socket) -> None:
-        self.sessions.pop(s, None)
+        entry = self.sessions.pop(s, None)
+        if entry is not None:
+            entry[0].discard()
         s.close()
 
     def serve(self, interval: float = 0.05) -> None:

@@ -425,7 +425,9 @@ class RecvBuffer:
             stamps.append(first)
         cost = truesize(merged)
         costs.append(cost)
-        self._small = 0
+        # Still small (tiny segments): it joins the next run, so runs grow until their bytes
+        # outweigh one buffer's overhead instead of staying RX_CHUNK_OVERHEAD per 32 bytes.
+        self._small = 1 if cost > 2 * len(merged) else 0
         self._uncharge(freed - cost)
         if self.acct is not None and self.acct.mib is not None:
             self.acct.mib["TcpExtTCPRcvCollapsed"] += count

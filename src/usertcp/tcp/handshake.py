@@ -311,12 +311,13 @@ class Handshake:
         """The SYN-RECEIVED cases Linux handles before the sequence check; True if dealt with."""
         c = self.conn
         flags = seg.flags
-        if flags & SYN and not flags & ACK and seg.seq == c.irs:
-            # A retransmitted SYN: answer with the SYN-ACK again (Linux inet_rtx_syn_ack).
+        if flags & (SYN | ACK | RST) == SYN and seg.seq == c.irs:
+            # A retransmitted SYN, SYN alone among SYN, ACK and RST (Linux tcp_check_req's
+            # "flg == TCP_FLAG_SYN"): answer with the SYN-ACK again (inet_rtx_syn_ack).
             c.mib["UsertcpSynAckRetransOnSyn"] += 1
             c.tx.send_syn(now)
             return True
-        if not c.passive and flags & SYN and flags & ACK \
+        if not c.passive and flags & (SYN | ACK | RST) == SYN | ACK \
                 and seg.seq == c.irs and c.snd_off(seg.ack) == c.snd_max:
             # Simultaneous open (RFC 9293 Figure 8, line 6): the peer's SYN-ACK completes it.
             # Linux tcp_validate_incoming lets exactly this SYN pass to tcp_ack (a SYN's window

@@ -15,6 +15,11 @@ so a few peers that hoard memory by never reading cannot lock every other connec
 from __future__ import annotations
 
 from collections.abc import MutableMapping
+from typing import Final
+
+# Linux SOCK_MIN_SNDBUF on x86-64, 2 * (2048 + sizeof(struct sk_buff)): the least a send buffer
+# shrinks to (sk_stream_moderate_sndbuf).
+SOCK_MIN_SNDBUF: Final = 4608
 
 
 class MemAccount:

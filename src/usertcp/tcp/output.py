@@ -20,6 +20,7 @@ from usertcp.tcp.info import (
     CHRONO_SNDBUF_LIMITED,
     Chrono,
 )
+from usertcp.tcp.memory import SOCK_MIN_SNDBUF
 from usertcp.tcp.pacing import Pacer
 from usertcp.tcp.recovery import (
     CA_CWR,
@@ -727,6 +728,18 @@ class Output:
         if c.sndbuf_limit < sndmem:
             c.sndbuf_limit = min(sndmem, c.config.wmem[2])
 
+    def no_memory(self) -> None:
+        """Linux tcp_stream_alloc_skb when sk_wmem_schedule fails (the stack is past tcp_mem and
+        the socket past its tcp_wmem[0]): memory pressure begins, an unlocked send buffer
+        shrinks to half of what it has queued (sk_stream_moderate_sndbuf), and the writer waits
+        for space (tcp_sendmsg_locked's wait_for_space sets SOCK_NOSPACE)."""
+        c = self.conn
+        c.mib["UsertcpSendMemLimited"] += 1
+        c.stack.mem.under_pressure()
+        if not c.sndbuf_locked:
+            c.sndbuf_limit = max(min(c.sndbuf_limit, c.snd_buf.wmem_queued >> 1), SOCK_MIN_SNDBUF)
+        c.sock_nospace = True
+
     def write(self, data: Buffer, now: float, more: bool, eor: bool = False, pinned: bool = False,
               tstamp: int = 0, regions: Sequence[int] = ()) -> int:
         """Copy ``data`` into the send buffer skb by skb (Linux tcp_sendmsg_locked), pushing
@@ -760,7 +773,7 @@ class Output:
                 self.idle_restart(now)
             copy = min(copy, total - copied, mem.send_room(buf.wmem_queued, c.config.wmem[0]))
             if copy <= 0:
-                c.mib["UsertcpSendMemLimited"] += 1
+                self.no_memory()           # tcp_stream_alloc_skb failed: wait_for_space
                 break
             frags = 0
             if zc_ends is not None:       # skb_zerocopy_iter_stream(): as many frags as fit

@@ -44,8 +44,8 @@ def adjust_rcv_ssthresh(conn: Connection) -> None:
 def _fits(conn: Connection, cost: int, in_order: bool) -> bool:
     """Room in the socket's buffer (an in-order segment is forced into an empty receive
     queue) and in the stack's account (receive.py's checks)."""
-    held = len(conn.rcv_buf) + conn.ooo.bytes_queued
-    return (held < conn.rcvbuf_limit or (in_order and not len(conn.rcv_buf))) \
+    held = conn.rx.rmem_alloc()
+    return (held <= conn.rcvbuf_limit or (in_order and not len(conn.rcv_buf))) \
         and conn.stack.mem.recv_allowed(cost, held, conn.config.rmem[0])
 
 
@@ -55,7 +55,7 @@ def prune_queue(conn: Connection, payload: memoryview, seg_off: int) -> bool:
     mib = conn.mib
     mem = conn.stack.mem
     mib["TcpExtPruneCalled"] += 1
-    if len(conn.rcv_buf) + conn.ooo.bytes_queued >= conn.rcvbuf_limit:
+    if conn.rx.rmem_alloc() > conn.rcvbuf_limit:
         clamp_window(conn)
     elif mem.under_pressure():
         adjust_rcv_ssthresh(conn)

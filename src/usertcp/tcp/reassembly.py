@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 
-from usertcp.tcp.buffers import truesize
+from usertcp.tcp.buffers import COLLAPSE_AFTER, truesize
 from usertcp.tcp.memory import MemAccount
 from usertcp.tcp.seq import SEQ_MASK, seq_diff
 
@@ -174,21 +174,49 @@ class ReassemblyQueue:
             while j + 1 < len(starts) and starts[j + 1] == ends[j]:
                 j += 1
             if j > i:
-                merged = memoryview(b"".join(self._data[i:j + 1]))
-                cost = truesize(merged)
-                freed = sum(self._costs[i:j + 1]) - cost
-                stamp = max(self._stamps[i:j + 1])
-                end = ends[j]
-                del starts[i + 1:j + 1], ends[i:j], self._data[i + 1:j + 1]
-                del self._costs[i + 1:j + 1], self._stamps[i + 1:j + 1]
-                ends[i] = end
-                self._data[i] = merged
-                self._costs[i] = cost
-                self._stamps[i] = stamp
-                self._recharge(-freed)
+                self._merge(i, j)
                 collapsed += j - i + 1
             i += 1
         return collapsed
+
+    def _merge(self, i: int, j: int) -> None:
+        """Copy the contiguous chunks ``i..j`` into one buffer: the packet buffers they kept
+        alive are freed, the block keeps its most recent arrival stamp."""
+        starts, ends = self._starts, self._ends
+        merged = memoryview(b"".join(self._data[i:j + 1]))
+        cost = truesize(merged)
+        freed = sum(self._costs[i:j + 1]) - cost
+        stamp = max(self._stamps[i:j + 1])
+        end = ends[j]
+        del starts[i + 1:j + 1], ends[i:j], self._data[i + 1:j + 1]
+        del self._costs[i + 1:j + 1], self._stamps[i + 1:j + 1]
+        ends[i] = end
+        self._data[i] = merged
+        self._costs[i] = cost
+        self._stamps[i] = stamp
+        self._recharge(-freed)
+
+    def _collapse_small_run(self, j: int) -> None:
+        """Small segments as they arrive (Linux coalesces an out-of-order skb into the one
+        before it, tcp_ooo_try_coalesce; tcp_collapse copies runs of small skbs): once
+        COLLAPSE_AFTER contiguous chunks around chunk ``j`` each cost over twice their
+        payload, as RecvBuffer does for in-order data, they are copied into one buffer. A peer
+        sending tiny contiguous segments out of order then neither costs a packet buffer per
+        byte nor runs into ``max_segments`` (TcpExtTCPRcvCollapsed)."""
+        starts, ends, costs = self._starts, self._ends, self._costs
+        if costs[j] <= 2 * (ends[j] - starts[j]):
+            return
+        k = j
+        while k > 0 and starts[k] == ends[k - 1] and costs[k - 1] > 2 * (ends[k - 1] - starts[k - 1]):
+            k -= 1
+        m = j
+        last = len(starts) - 1
+        while m < last and starts[m + 1] == ends[m] and costs[m + 1] > 2 * (ends[m + 1] - starts[m + 1]):
+            m += 1
+        if m - k + 1 >= COLLAPSE_AFTER:
+            self._merge(k, m)
+            if self.acct is not None and self.acct.mib is not None:
+                self.acct.mib["TcpExtTCPRcvCollapsed"] += m - k + 1
 
     def duplicate_span(self, seq: int, length: int) -> tuple[int, int] | None:
         """The bytes of a new segment ``[seq, seq+length)`` already held, as offsets from
@@ -278,6 +306,7 @@ class ReassemblyQueue:
         self._bytes += new_bytes
         if charged:
             self._recharge(charged)
+            self._collapse_small_run(bisect_left(self._starts, pieces[-1][0]))
         if not pieces and touched >= 0:
             # Pure duplicate: its block still becomes the most recent one (Linux
             # tcp_sack_new_ofo_skb() is called for it too).

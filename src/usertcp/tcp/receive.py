@@ -409,19 +409,18 @@ class Receive:
             self.clamp_window()      # tcp_try_rmem_schedule -> tcp_prune_queue -> tcp_clamp_window
         if seg_off + plen > c.rcv_adv:
             mib["UsertcpBeyondWindow"] += 1
-        if len(c.rcv_buf) + c.ooo.bytes_queued >= c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
-            if c.ooo.empty or not prune_queue(c, payload, seg_off):     # tcp_try_rmem_schedule
-                mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
-            else:
+        held = self.rmem_alloc()     # sk_rmem_alloc: truesize, as Linux compares it with sk_rcvbuf
+        if held > c.rcvbuf_limit and (not in_order or len(c.rcv_buf)):
+            if not c.ooo.empty and prune_queue(c, payload, seg_off):     # tcp_try_rmem_schedule
                 return False
-        elif not c.stack.mem.recv_allowed(truesize(payload), len(c.rcv_buf) + c.ooo.bytes_queued,
-                                          c.config.rmem[0]) and not prune_queue(c, payload, seg_off):
-            # Past the stack-wide buffer limit (Linux tcp_mem): drop and count the data; the
-            # ACK restates what we have, and the peer retransmits when memory frees. Counted
-            # as tcp_data_queue (in order) or tcp_data_queue_ofo count a failed schedule.
-            mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
-        else:
+        elif c.stack.mem.recv_allowed(truesize(payload), held, c.config.rmem[0]) \
+                or prune_queue(c, payload, seg_off):
             return False
+        # Past the socket's buffer or the stack-wide limit (Linux tcp_mem): drop and count the
+        # data as tcp_data_queue (in order) or tcp_data_queue_ofo does; the ACK restates what
+        # we have, and the peer retransmits when memory frees.
+        mib["TcpExtTCPRcvQDrop" if in_order else "TcpExtTCPOFODrop"] += 1
+        mib["SKB_DROP_REASON_PROTO_MEM"] += 1
         self.schedule_ack(now, immediate=True)
         return True
 

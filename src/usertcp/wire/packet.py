@@ -22,7 +22,8 @@ Ip6ReasmFails        fragment header with offset != 0 or M set (atomic fragments
 Ip6InUnknownProtos   final next header not TCP (:class:`NotTcp`), or hop-by-hop not first
                      (RFC 8200 §4.3)
 TcpInErrs            TCP segment < 20 bytes, data offset < 5 or past the segment,
-                     malformed option length, SYN together with RST
+                     malformed option length (SYN together with RST is TCP's to judge:
+                     Linux takes the RST first, tcp_validate_incoming / LISTEN's discard)
 TcpInCsumErrors      TCP checksum wrong (Linux also counts TcpInErrs)
 ==================== ====================================================================
 """
@@ -35,7 +36,7 @@ from typing import Final
 
 from .checksum import mod_ffff, residue
 from .md5 import md5_digest_fixed
-from .segment import RST, SYN, Buffer, DropPacket, NotTcp, Segment, TxPacket
+from .segment import Buffer, DropPacket, NotTcp, Segment, TxPacket
 from .tcp import parse_options
 
 _from_bytes: Final = int.from_bytes
@@ -172,8 +173,6 @@ def _parse_tcp(seg: Segment, mv: memoryview, off: int, end: int, verify_checksum
         if (residue(mv[off:end]) + pseudo) % 0xFFFF:
             raise DropPacket("TcpInCsumErrors", "bad TCP checksum")
     flags = offflags & 0x1FF
-    if flags & SYN and flags & RST:
-        raise DropPacket("TcpInErrs", "SYN and RST together")
     seg.sport = sport
     seg.dport = dport
     seg.seq = seq
