@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
+from usertcp import socket as us
+from usertcp.net.driver import VirtualTimeDriver
+from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.connection import Connection
 from usertcp.testing import A_ADDR, B_ADDR, Pair, pair
 from usertcp.wire.segment import Buffer, TxPacket
 
-__all__ = ["A_ADDR", "B_ADDR", "Pair", "RecordingEndpoint", "Transfers", "make_pair", "sha", "transfer"]
+__all__ = ["A_ADDR", "B_ADDR", "Pair", "RecordingEndpoint", "SocketPair", "Transfers", "make_pair", "sha",
+           "socket_pair", "transfer"]
 
 
 class RecordingEndpoint:
@@ -34,6 +39,31 @@ class RecordingEndpoint:
 
 # The public helper (usertcp.testing) is the one implementation; tests keep their names for it.
 make_pair = pair
+
+
+@dataclass
+class SocketPair:
+    """A connected pair through the socket API: ``client`` on host a, ``server`` accepted on b."""
+
+    driver: VirtualTimeDriver
+    host: us.Host           # the client's host (a)
+    listener: us.Socket
+    client: us.Socket
+    server: us.Socket
+
+
+def socket_pair(seed: int, port: int = 8080) -> SocketPair:
+    """Stacks a and b on a 10 ms link (``seed`` for the network), b listening on ``port``,
+    a connected to it and the connection accepted: both ends as usertcp sockets."""
+    p = pair(LinkConfig(delay=0.01), seed=seed)
+    ha, hb = us.Host(p.a, p.driver, name="a"), us.Host(p.b, p.driver, name="b")
+    lst = hb.socket()
+    lst.bind((B_ADDR, port))
+    lst.listen()
+    cli = ha.socket()
+    cli.connect((B_ADDR, port))
+    srv, _ = lst.accept()
+    return SocketPair(p.driver, ha, lst, cli, srv)
 
 
 def transfer(pair: Pair, sender: Connection, receiver: Connection, data: bytes, *,

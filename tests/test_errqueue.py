@@ -13,14 +13,14 @@ from __future__ import annotations
 import errno
 import itertools
 import struct
-from dataclasses import dataclass
 
 import pytest
 
+from pair import SocketPair, socket_pair
 from usertcp import socket as us
 from usertcp.api.errqueue import SCM_TIMESTAMPING, parse_extended_err
 from usertcp.net.driver import VirtualTimeDriver
-from usertcp.net.memnet import LinkConfig, Network
+from usertcp.net.memnet import Network
 from usertcp.tcp.errqueue import SO_EE_CODE_ZEROCOPY_COPIED, SO_EE_ORIGIN_ZEROCOPY, ErrorQueue
 from usertcp.tcp.stack import Stack
 from usertcp.tcp.timestamping import SCM_TSTAMP_ACK, SCM_TSTAMP_SCHED, SCM_TSTAMP_SND
@@ -30,30 +30,12 @@ SOF_TX_SOFTWARE, SOF_SOFTWARE, SOF_OPT_ID, SOF_TX_SCHED, SOF_TX_ACK = 1 << 1, 1 
 SOF_OPT_TSONLY, SOF_OPT_STATS = 1 << 11, 1 << 12
 
 
-@dataclass
-class Pair:
-    driver: VirtualTimeDriver
-    client: us.Socket
-    server: us.Socket
-
-
 @pytest.fixture
-def pair() -> Pair:
-    net = Network(seed=5)
-    sa, sb = Stack([A], name="a"), Stack([B], name="b")
-    net.connect(net.add_host(sa, [A]), net.add_host(sb, [B]), LinkConfig(delay=0.01))
-    drv = VirtualTimeDriver(net)
-    ha, hb = us.Host(sa, drv, name="a"), us.Host(sb, drv, name="b")
-    lst = hb.socket()
-    lst.bind((B, 8080))
-    lst.listen()
-    cli = ha.socket()
-    cli.connect((B, 8080))
-    srv, _ = lst.accept()
-    return Pair(drv, cli, srv)
+def pair() -> SocketPair:
+    return socket_pair(seed=5)
 
 
-def _settle(p: Pair, seconds: float = 0.1) -> None:
+def _settle(p: SocketPair, seconds: float = 0.1) -> None:
     """Let the simulation run for ``seconds`` of virtual time."""
     p.driver.run_for(seconds)
 
@@ -71,7 +53,7 @@ def _drain(sock: us.Socket, n: int) -> bytes:
     return out
 
 
-def test_zerocopy_completion_once_acked_and_merged(pair: Pair) -> None:
+def test_zerocopy_completion_once_acked_and_merged(pair: SocketPair) -> None:
     cli = pair.client
     cli.setsockopt(us.SOL_SOCKET, us.SO_ZEROCOPY, 1)
     assert cli.send(b"a" * 4000, us.MSG_ZEROCOPY) == 4000
@@ -97,7 +79,7 @@ def test_zerocopy_completion_once_acked_and_merged(pair: Pair) -> None:
     assert (ee.ee_info, ee.ee_data) == (2, 2)
 
 
-def test_zerocopy_keeps_the_buffer_by_reference(pair: Pair) -> None:
+def test_zerocopy_keeps_the_buffer_by_reference(pair: SocketPair) -> None:
     """The completion says when the buffer may be reused: until then the stack reads it in place
     (here, bytes that wait for the congestion window leave with what the buffer holds then)."""
     cli = pair.client
@@ -116,7 +98,7 @@ def test_zerocopy_keeps_the_buffer_by_reference(pair: Pair) -> None:
     assert b"C" not in _drain(pair.server, m)
 
 
-def test_msg_zerocopy_without_so_zerocopy_is_ignored(pair: Pair) -> None:
+def test_msg_zerocopy_without_so_zerocopy_is_ignored(pair: SocketPair) -> None:
     cli = pair.client
     assert cli.send(b"x" * 100, us.MSG_ZEROCOPY) == 100
     _drain(pair.server, 100)
@@ -127,7 +109,7 @@ def test_msg_zerocopy_without_so_zerocopy_is_ignored(pair: Pair) -> None:
     assert not cli.connection.errqueue if cli.connection is not None else True
 
 
-def test_errqueue_makes_the_socket_readable_for_select(pair: Pair) -> None:
+def test_errqueue_makes_the_socket_readable_for_select(pair: SocketPair) -> None:
     cli = pair.client
     cli.setsockopt(us.SOL_SOCKET, us.SO_ZEROCOPY, 1)
     cli.send(b"q" * 100, us.MSG_ZEROCOPY)
@@ -156,7 +138,7 @@ def test_option_misuse_gets_linux_errnos(name: str, value: int, err: int) -> Non
     assert sock.getsockopt(us.SOL_SOCKET, us.SO_TIMESTAMPING) == SOF_OPT_STATS | SOF_OPT_TSONLY
 
 
-def test_transmit_timestamps_sched_snd_ack_with_byte_keys(pair: Pair) -> None:
+def test_transmit_timestamps_sched_snd_ack_with_byte_keys(pair: SocketPair) -> None:
     cli = pair.client
     flags = SOF_TX_SCHED | SOF_TX_SOFTWARE | SOF_TX_ACK | SOF_SOFTWARE | SOF_OPT_ID
     cli.setsockopt(us.SOL_SOCKET, us.SO_TIMESTAMPING, flags)
@@ -181,7 +163,7 @@ def test_transmit_timestamps_sched_snd_ack_with_byte_keys(pair: Pair) -> None:
     assert seen[2][1] == pytest.approx(sent_at + 0.02, abs=1e-3)   # one round trip later
 
 
-def test_timestamp_keys_count_from_option_time_and_tsonly(pair: Pair) -> None:
+def test_timestamp_keys_count_from_option_time_and_tsonly(pair: SocketPair) -> None:
     cli = pair.client
     cli.send(b"0" * 500)                                # before the option: not counted
     _drain(pair.server, 500)
@@ -200,7 +182,7 @@ def test_timestamp_keys_count_from_option_time_and_tsonly(pair: Pair) -> None:
     assert keys == [999, 1009]
 
 
-def test_notsent_lowat_limits_writes_and_writability(pair: Pair) -> None:
+def test_notsent_lowat_limits_writes_and_writability(pair: SocketPair) -> None:
     cli = pair.client
     assert cli.getsockopt(us.IPPROTO_TCP, us.TCP_NOTSENT_LOWAT) == 0
     cli.setsockopt(us.IPPROTO_TCP, us.TCP_NOTSENT_LOWAT, -1)
@@ -237,7 +219,7 @@ def test_error_queue_merges_only_consecutive_zerocopy_ranges() -> None:
     assert len(wakes) == 5 and all(k == 8 for k in wakes)     # each one an EPOLLERR wake-up
 
 
-def test_sendall_zerocopy_takes_ids_for_what_it_queued(pair: Pair) -> None:
+def test_sendall_zerocopy_takes_ids_for_what_it_queued(pair: SocketPair) -> None:
     cli = pair.client
     cli.setsockopt(us.SOL_SOCKET, us.SO_ZEROCOPY, 1)
     cli.sendall(bytearray(300000), us.MSG_ZEROCOPY)     # waits for space: several sends

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from pair import socket_pair
 from usertcp import socket as us
 from usertcp.api.errqueue import SCM_TIMESTAMPING, parse_extended_err
-from usertcp.net.driver import VirtualTimeDriver
-from usertcp.net.memnet import LinkConfig, Network
-from usertcp.tcp.stack import Stack
 from usertcp.tcp.timestamping import SCM_TSTAMP_ACK, SCM_TSTAMP_SND
 from usertcp.wire import opt_stats as nla
 
-A, B = "10.0.0.1", "10.0.0.2"
 SOF_TX_SOFTWARE, SOF_SOFTWARE, SOF_OPT_ID, SOF_TX_ACK = 1 << 1, 1 << 4, 1 << 7, 1 << 9
 SOF_OPT_TSONLY, SOF_OPT_STATS = 1 << 11, 1 << 12
 # The kernel's order (tcp_get_timestamping_opt_stats); TCP_NLA_TTL only on an ACK timestamp.
@@ -46,17 +43,8 @@ def test_wire_layout_round_trip_and_malformed_input() -> None:
 
 
 def test_opt_stats_on_send_and_ack_timestamps() -> None:
-    net = Network(seed=5)
-    sa, sb = Stack([A], name="a"), Stack([B], name="b")
-    net.connect(net.add_host(sa, [A]), net.add_host(sb, [B]), LinkConfig(delay=0.01))
-    drv = VirtualTimeDriver(net)
-    ha, hb = us.Host(sa, drv, name="a"), us.Host(sb, drv, name="b")
-    lst = hb.socket()
-    lst.bind((B, 8080))
-    lst.listen()
-    cli = ha.socket()
-    cli.connect((B, 8080))
-    srv, _ = lst.accept()
+    p = socket_pair(seed=5)
+    drv, lst, cli, srv = p.driver, p.listener, p.client, p.server
     flags = SOF_TX_SOFTWARE | SOF_SOFTWARE | SOF_OPT_ID | SOF_TX_ACK | SOF_OPT_TSONLY | SOF_OPT_STATS
     cli.setsockopt(us.SOL_SOCKET, us.SO_TIMESTAMPING, flags)
     sent_at = drv.now()

@@ -6,42 +6,20 @@ in virtual time the stamp is the segment's arrival on the driver's clock."""
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 import pytest
 
+from pair import SocketPair, socket_pair
 from usertcp import socket as us
-from usertcp.net.driver import VirtualTimeDriver
-from usertcp.net.memnet import LinkConfig, Network
 from usertcp.tcp.buffers import RecvBuffer
-from usertcp.tcp.stack import Stack
 from usertcp.tcp.timestamping import SOF_TIMESTAMPING_OPT_RX_FILTER, SOF_TIMESTAMPING_RX_SOFTWARE
 
-A, B = "10.0.0.1", "10.0.0.2"
 SOF_SOFTWARE = 1 << 4
 
 
-@dataclass
-class Pair:
-    driver: VirtualTimeDriver
-    client: us.Socket
-    server: us.Socket
-
-
 @pytest.fixture
-def pair() -> Pair:
-    net = Network(seed=7)
-    sa, sb = Stack([A], name="a"), Stack([B], name="b")
-    net.connect(net.add_host(sa, [A]), net.add_host(sb, [B]), LinkConfig(delay=0.01))
-    drv = VirtualTimeDriver(net)
-    ha, hb = us.Host(sa, drv, name="a"), us.Host(sb, drv, name="b")
-    lst = hb.socket()
-    lst.bind((B, 8080))
-    lst.listen()
-    cli = ha.socket()
-    cli.connect((B, 8080))
-    srv, _ = lst.accept()
-    return Pair(drv, cli, srv)
+def pair() -> SocketPair:
+    return socket_pair(seed=7)
 
 
 def test_recv_buffer_stamps_the_last_chunk_read() -> None:
@@ -56,7 +34,7 @@ def test_recv_buffer_stamps_the_last_chunk_read() -> None:
     assert buf.read(5) == b"cdefg" and buf.last_stamp == 2.0
 
 
-def test_so_timestamp_and_timestampns(pair: Pair) -> None:
+def test_so_timestamp_and_timestampns(pair: SocketPair) -> None:
     srv, cli = pair.server, pair.client
     assert srv.getsockopt(us.SOL_SOCKET, us.SO_TIMESTAMP) == 0
     srv.setsockopt(us.SOL_SOCKET, us.SO_TIMESTAMP, 1)
@@ -87,7 +65,7 @@ def test_so_timestamp_and_timestampns(pair: Pair) -> None:
     assert anc == [] and flags & us.MSG_CTRUNC
 
 
-def test_so_timestamping_rx_software(pair: Pair) -> None:
+def test_so_timestamping_rx_software(pair: SocketPair) -> None:
     srv, cli = pair.server, pair.client
     # SOFTWARE alone reports receive times too (no OPT_RX_FILTER); with the filter, only
     # with RX_SOFTWARE.

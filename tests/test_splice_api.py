@@ -10,40 +10,16 @@ import contextlib
 import errno
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
+from pair import SocketPair, socket_pair
 from usertcp import socket as us
-from usertcp.net.driver import VirtualTimeDriver
-from usertcp.net.memnet import LinkConfig, Network
-from usertcp.tcp.stack import Stack
-
-A, B = "10.0.0.1", "10.0.0.2"
-
-
-@dataclass
-class Pair:
-    driver: VirtualTimeDriver
-    host: us.Host
-    client: us.Socket
-    server: us.Socket
 
 
 @pytest.fixture
-def pair() -> Pair:
-    net = Network(seed=3)
-    sa, sb = Stack([A], name="a"), Stack([B], name="b")
-    net.connect(net.add_host(sa, [A]), net.add_host(sb, [B]), LinkConfig(delay=0.01))
-    drv = VirtualTimeDriver(net)
-    ha, hb = us.Host(sa, drv, name="a"), us.Host(sb, drv, name="b")
-    lst = hb.socket()
-    lst.bind((B, 8080))
-    lst.listen()
-    cli = ha.socket()
-    cli.connect((B, 8080))
-    srv, _ = lst.accept()
-    return Pair(drv, ha, cli, srv)
+def pair() -> SocketPair:
+    return socket_pair(seed=3)
 
 
 @pytest.fixture
@@ -55,7 +31,7 @@ def pipe() -> Iterator[tuple[int, int]]:
             os.close(fd)
 
 
-def test_received_bytes_move_into_the_pipe_then_eof(pair: Pair, pipe: tuple[int, int]) -> None:
+def test_received_bytes_move_into_the_pipe_then_eof(pair: SocketPair, pipe: tuple[int, int]) -> None:
     r, w = pipe
     data = bytes(range(256)) * 40
     pair.server.sendall(data)
@@ -69,7 +45,7 @@ def test_received_bytes_move_into_the_pipe_then_eof(pair: Pair, pipe: tuple[int,
     assert us.splice(pair.client, w, 100) == 0          # EOF
 
 
-def test_socket_to_pipe_moves_at_most_what_the_pipe_holds(pair: Pair, pipe: tuple[int, int]) -> None:
+def test_socket_to_pipe_moves_at_most_what_the_pipe_holds(pair: SocketPair, pipe: tuple[int, int]) -> None:
     r, w = pipe
     pair.server.sendall(bytes(200_000))
     pair.driver.run_for(0.5)
@@ -81,7 +57,7 @@ def test_socket_to_pipe_moves_at_most_what_the_pipe_holds(pair: Pair, pipe: tupl
     assert pair.client.recv(1 << 20, us.MSG_DONTWAIT)   # what the pipe did not take stayed
 
 
-def test_nonblocking_splice_without_data_is_eagain(pair: Pair, pipe: tuple[int, int]) -> None:
+def test_nonblocking_splice_without_data_is_eagain(pair: SocketPair, pipe: tuple[int, int]) -> None:
     _r, w = pipe
     with pytest.raises(BlockingIOError):
         us.splice(pair.client, w, 100, us.SPLICE_F_NONBLOCK)
@@ -90,7 +66,7 @@ def test_nonblocking_splice_without_data_is_eagain(pair: Pair, pipe: tuple[int, 
         us.splice(pair.client, w, 100)
 
 
-def test_pipe_bytes_are_sent_and_an_empty_pipe_without_writer_is_eof(pair: Pair,
+def test_pipe_bytes_are_sent_and_an_empty_pipe_without_writer_is_eof(pair: SocketPair,
                                                                      pipe: tuple[int, int]) -> None:
     r, w = pipe
     os.write(w, b"hello splice")
@@ -106,7 +82,8 @@ def test_pipe_bytes_are_sent_and_an_empty_pipe_without_writer_is_eof(pair: Pair,
     assert us.splice(r, pair.client, 100) == 0
 
 
-def test_nonblocking_splice_takes_only_what_the_socket_can_queue(pair: Pair, pipe: tuple[int, int]) -> None:
+def test_nonblocking_splice_takes_only_what_the_socket_can_queue(pair: SocketPair,
+                                                                 pipe: tuple[int, int]) -> None:
     r, w = pipe
     pair.client.setblocking(False)
     conn = pair.client.connection
@@ -128,7 +105,8 @@ def test_nonblocking_splice_takes_only_what_the_socket_can_queue(pair: Pair, pip
     assert got == spliced
 
 
-def test_misuse_gets_linux_errnos(pair: Pair, pipe: tuple[int, int], tmp_path: os.PathLike[str]) -> None:
+def test_misuse_gets_linux_errnos(pair: SocketPair, pipe: tuple[int, int],
+                                  tmp_path: os.PathLike[str]) -> None:
     r, w = pipe
     with open(os.path.join(tmp_path, "f"), "wb") as f:
         with pytest.raises(OSError) as exc:
