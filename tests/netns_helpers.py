@@ -6,6 +6,7 @@ namespace the test created.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -15,12 +16,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 import usertcp
+from usertcp import socket as usocket
 from usertcp.net import netns
-from usertcp.net.tun import TunDevice
+from usertcp.net.endpoint import Endpoint
+from usertcp.net.pcap import PcapWriter
+from usertcp.net.tun import TunDevice, TunDriver
+from usertcp.tcp.stack import Stack
 
 # Where the tests imported usertcp from (src/, or the compiled build's directory): the
 # usertcp subprocesses run the same build.
@@ -56,6 +62,27 @@ def namespace_fixture() -> Iterator[str]:
     finally:
         netns.remove_namespace(name)
         assert name not in netns.list_namespaces()
+
+
+@contextlib.contextmanager
+def tun_host(ns: str, ifname: str, peer_cidr: str, stack: Stack, *, pcap: Path | None = None,
+             endpoint: Endpoint | None = None, offload: bool | None = None) -> Iterator[usocket.Host]:
+    """TUN device ``ifname`` in namespace ``ns`` (kernel side ``peer_cidr``), ``stack`` on it
+    through a running TunDriver (``endpoint`` in front of the stack if given; every packet
+    into ``pcap`` if given): the socket API on that stack, for the ``with`` block."""
+    dev = TunDevice.open(ifname, offload=offload, netns=ns)
+    try:
+        dev.configure(peer_address=peer_cidr)
+        with contextlib.ExitStack() as resources:
+            writer = resources.enter_context(PcapWriter(pcap)) if pcap is not None else None
+            drv = TunDriver(endpoint or stack, dev, pcap=writer)
+            drv.start()
+            try:
+                yield usocket.Host(stack, drv, name=stack.name)
+            finally:
+                drv.stop()
+    finally:
+        dev.close()
 
 
 def csum_fold(total: int) -> int:

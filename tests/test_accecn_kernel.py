@@ -29,17 +29,16 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from bpf_accecn_ca import AccEcnCongestionControl
-from netns_helpers import namespace_fixture
+from netns_helpers import namespace_fixture, tun_host
 from usertcp import socket as usocket
 from usertcp.net import netns
-from usertcp.net.pcap import PcapWriter, read_pcap
-from usertcp.net.tun import TunDevice, TunDriver
+from usertcp.net.pcap import read_pcap
 from usertcp.tcp.accecn import OPT_COUNTER_SEEN, ace_of
 from usertcp.tcp.config import StackConfig
 from usertcp.tcp.info import TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN
@@ -151,6 +150,57 @@ class CeMarker:
         return out
 
 
+def _recv_count(sock: socket.socket | usocket.Socket, size: int) -> int:
+    """Read until ``size`` bytes came or the peer closed; how many came."""
+    n = 0
+    while n < size:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        n += len(chunk)
+    return n
+
+
+def _ss() -> str:
+    return subprocess.run(["ss", "-tin", "state", "established"], capture_output=True,
+                          text=True, check=False).stdout
+
+
+def _in_ns_thread(ns: str, target: Callable[..., None], *args: object) -> threading.Thread:
+    """``target(*args)`` run in namespace ``ns`` on a started daemon thread."""
+    thread = threading.Thread(target=lambda: netns.call_in_namespace(ns, target, *args), daemon=True)
+    thread.start()
+    return thread
+
+
+def _listen(host: usocket.Host) -> usocket.Socket:
+    lst = host.socket(usocket.AF_INET)
+    lst.bind((US, PORT))
+    lst.listen(4)
+    lst.settimeout(15)
+    return lst
+
+
+def _handshake(segs: list[Segment]) -> tuple[Segment, Segment]:
+    """The SYN and the SYN-ACK among ``segs``."""
+    syn = next(s for s in segs if s.flags & SYN and not s.flags & ACK)
+    synack = next(s for s in segs if s.flags & SYN and s.flags & ACK)
+    return syn, synack
+
+
+def _check_accecn_counters(info: dict[str, int], ours: dict[str, int], marker: CeMarker) -> None:
+    """AccECN negotiated on both sides, and the kernel counted our CE marks exactly, as its
+    feedback told us."""
+    # The kernel negotiated AccECN: TCPI_OPT_ECN (any ECN mode in 6.18's tcp_get_info) and ECN
+    # seen, as ours; AccECN rather than RFC 3168: the counters and the option both ways.
+    assert info["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
+    assert ours["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
+    assert info["tcpi_accecn_opt_seen"] == OPT_COUNTER_SEEN and info["tcpi_accecn_fail_mode"] == 0
+    assert marker.marked > 5
+    assert info["tcpi_received_ce"] == marker.marked == ours["tcpi_delivered_ce"]
+    assert info["tcpi_received_ce_bytes"] == marker.marked_bytes == ours["tcpi_delivered_ce_bytes"]
+
+
 def _segments(pcap: Path) -> list[Segment]:
     out = []
     for _, raw in read_pcap(pcap):
@@ -168,8 +218,7 @@ def _check_wire(segs: list[Segment], client_is_us: bool) -> None:
     (the SYN arrived Not-ECT); the client's handshake ACK 010 (so did the SYN-ACK); then
     ECT(0) everywhere and the AccECN option from both sides."""
     us = socket.inet_aton(US)
-    syn = next(s for s in segs if s.flags & SYN and not s.flags & ACK)
-    synack = next(s for s in segs if s.flags & SYN and s.flags & ACK)
+    syn, synack = _handshake(segs)
     assert ace_of(syn.flags) == 7 and syn.accecn is None
     assert ace_of(synack.flags) == 0b010
     assert synack.accecn is not None and parse_accecn(synack.accecn)[1][:1] == (1,)   # EE1B starts at 1
@@ -186,18 +235,12 @@ def _check_wire(segs: list[Segment], client_is_us: bool) -> None:
 def _kernel_server(server: socket.socket, got: dict[str, object]) -> None:
     conn, _ = server.accept()
     with conn:
-        n = 0
-        while n < SIZE:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            n += len(chunk)
+        n = _recv_count(conn, SIZE)
         conn.sendall(b"x" * 20_000)
         time.sleep(0.3)                       # our last ACKs arrive
         got["bytes"] = n
         got["info"] = kernel_info(conn)
-        got["ss"] = subprocess.run(["ss", "-tin", "state", "established"], capture_output=True,
-                                   text=True, check=False).stdout
+        got["ss"] = _ss()
 
 
 @pytest.mark.timeout(60)
@@ -205,52 +248,28 @@ def test_usertcp_client_kernel_server(ns: str, tmp_path: Path, kernel_accecn: by
     server = _use_cc(netns.call_in_namespace(ns, socket.create_server, ("0.0.0.0", PORT)), kernel_accecn)
     server.settimeout(20)
     got: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: netns.call_in_namespace(ns, _kernel_server, server, got),
-                              daemon=True)
-    thread.start()
+    thread = _in_ns_thread(ns, _kernel_server, server, got)
     pcap = tmp_path / "accecn-client.pcap"
-    dev = TunDevice.open("utacc0", offload=False, netns=ns)
+    stack = Stack([US], StackConfig(ecn=3), name="accecn-client")
+    marker = CeMarker(stack)
     try:
-        dev.configure(peer_address=KERNEL_CIDR)
-        stack = Stack([US], StackConfig(ecn=3), name="accecn-client")
-        marker = CeMarker(stack)
-        with PcapWriter(pcap) as writer:
-            drv = TunDriver(marker, dev, pcap=writer)
-            drv.start()
-            try:
-                host = usocket.Host(stack, drv, name="accecn-client")
-                c = host.socket(usocket.AF_INET)
-                c.settimeout(15)
-                c.connect((KERNEL, PORT))
-                c.sendall(bytes(SIZE))
-                reply = b""
-                while len(reply) < 20_000:
-                    chunk = c.recv(65536)
-                    if not chunk:
-                        break
-                    reply += chunk
-                thread.join(15)
-                ours = c.getsockopt(usocket.IPPROTO_TCP, usocket.TCP_INFO)
-                c.close()
-            finally:
-                drv.stop()
+        with tun_host(ns, "utacc0", KERNEL_CIDR, stack, pcap=pcap, endpoint=marker, offload=False) as host:
+            c = host.socket(usocket.AF_INET)
+            c.settimeout(15)
+            c.connect((KERNEL, PORT))
+            c.sendall(bytes(SIZE))
+            replied = _recv_count(c, 20_000)
+            thread.join(15)
+            ours = c.getsockopt(usocket.IPPROTO_TCP, usocket.TCP_INFO)
+            c.close()
     finally:
-        dev.close()
         server.close()
-    assert got.get("bytes") == SIZE and len(reply) == 20_000
+    assert got.get("bytes") == SIZE and replied == 20_000
     info = got["info"]
     assert isinstance(info, dict)
     print("kernel:", info, "\nours:", {k: v for k, v in ours.items() if "_ce" in k or "accecn" in k})
     print(got["ss"])
-    # The kernel negotiated AccECN: TCPI_OPT_ECN (any ECN mode in 6.18's tcp_get_info) and ECN
-    # seen, as ours; AccECN rather than RFC 3168: the counters and the option both ways.
-    assert info["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
-    assert ours["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
-    assert info["tcpi_accecn_opt_seen"] == OPT_COUNTER_SEEN and info["tcpi_accecn_fail_mode"] == 0
-    # The kernel counted our CE marks exactly, and its feedback gave us the same count.
-    assert marker.marked > 5
-    assert info["tcpi_received_ce"] == marker.marked == ours["tcpi_delivered_ce"]
-    assert info["tcpi_received_ce_bytes"] == marker.marked_bytes == ours["tcpi_delivered_ce_bytes"]
+    _check_accecn_counters(info, ours, marker)
     assert info["tcpi_received_e0_bytes"] == SIZE - marker.marked_bytes == ours["tcpi_delivered_e0_bytes"]
     # And we counted what the kernel sent us (all ECT(0)), which it learnt from our options.
     assert ours["tcpi_received_e0_bytes"] == 20_000 == info["tcpi_delivered_e0_bytes"]
@@ -263,68 +282,35 @@ def _kernel_client(got: dict[str, object], cc: bytes | None) -> None:
         s.settimeout(15)
         s.connect((US, PORT))
         s.sendall(bytes(SIZE // 3))
-        n = 0
-        while n < SIZE:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            n += len(chunk)
+        n = _recv_count(s, SIZE)
         time.sleep(0.3)
         got["bytes"] = n
         got["info"] = kernel_info(s)
-        got["ss"] = subprocess.run(["ss", "-tin", "state", "established"], capture_output=True,
-                                   text=True, check=False).stdout
+        got["ss"] = _ss()
 
 
 @pytest.mark.timeout(60)
 def test_kernel_client_usertcp_server(ns: str, tmp_path: Path, kernel_accecn: bytes | None) -> None:
     pcap = tmp_path / "accecn-server.pcap"
-    dev = TunDevice.open("utacc1", offload=False, netns=ns)
     got: dict[str, object] = {}
-    try:
-        dev.configure(peer_address=KERNEL_CIDR)
-        stack = Stack([US], StackConfig(ecn=3), name="accecn-server")
-        marker = CeMarker(stack)
-        with PcapWriter(pcap) as writer:
-            drv = TunDriver(marker, dev, pcap=writer)
-            drv.start()
-            try:
-                host = usocket.Host(stack, drv, name="accecn-server")
-                lst = host.socket(usocket.AF_INET)
-                lst.bind((US, PORT))
-                lst.listen(4)
-                lst.settimeout(15)
-                thread = threading.Thread(target=lambda: netns.call_in_namespace(ns, _kernel_client, got,
-                                                                                  kernel_accecn),
-                                          daemon=True)
-                thread.start()
-                conn, _ = lst.accept()
-                conn.settimeout(15)
-                n = 0
-                while n < SIZE // 3:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    n += len(chunk)
-                conn.sendall(bytes(SIZE))
-                thread.join(20)
-                ours = conn.getsockopt(usocket.IPPROTO_TCP, usocket.TCP_INFO)
-                conn.close()
-                lst.close()
-            finally:
-                drv.stop()
-    finally:
-        dev.close()
+    stack = Stack([US], StackConfig(ecn=3), name="accecn-server")
+    marker = CeMarker(stack)
+    with tun_host(ns, "utacc1", KERNEL_CIDR, stack, pcap=pcap, endpoint=marker, offload=False) as host:
+        lst = _listen(host)
+        thread = _in_ns_thread(ns, _kernel_client, got, kernel_accecn)
+        conn, _ = lst.accept()
+        conn.settimeout(15)
+        n = _recv_count(conn, SIZE // 3)
+        conn.sendall(bytes(SIZE))
+        thread.join(20)
+        ours = conn.getsockopt(usocket.IPPROTO_TCP, usocket.TCP_INFO)
+        conn.close()
+        lst.close()
     assert n == SIZE // 3 and got.get("bytes") == SIZE
     info = got["info"]
     assert isinstance(info, dict)
     print("kernel:", info, "\nours:", {k: v for k, v in ours.items() if "_ce" in k or "accecn" in k})
-    assert info["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
-    assert ours["tcpi_options"] & (TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN) == TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN
-    assert info["tcpi_accecn_opt_seen"] == OPT_COUNTER_SEEN and info["tcpi_accecn_fail_mode"] == 0
-    assert marker.marked > 5
-    assert info["tcpi_received_ce"] == marker.marked == ours["tcpi_delivered_ce"]
-    assert info["tcpi_received_ce_bytes"] == marker.marked_bytes == ours["tcpi_delivered_ce_bytes"]
+    _check_accecn_counters(info, ours, marker)
     assert ours["tcpi_received_e0_bytes"] == SIZE // 3 == info["tcpi_delivered_e0_bytes"]
     _check_wire(_segments(pcap), client_is_us=False)
 
@@ -350,48 +336,30 @@ def test_accecn_client_falls_back_with_a_kernel_listener(ns: str, tmp_path: Path
     def serve() -> None:
         conn, _ = server.accept()
         with conn:
-            n = 0
-            while n < 50_000:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                n += len(chunk)
-            got["bytes"] = n
+            got["bytes"] = _recv_count(conn, 50_000)
             got["info"] = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512)
-            got["ss"] = subprocess.run(["ss", "-tin", "state", "established"], capture_output=True,
-                                       text=True, check=False).stdout
+            got["ss"] = _ss()
 
-    thread = threading.Thread(target=lambda: netns.call_in_namespace(ns, serve), daemon=True)
-    thread.start()
+    thread = _in_ns_thread(ns, serve)
     pcap = tmp_path / "fallback.pcap"
-    dev = TunDevice.open("utacc2", offload=False, netns=ns)
+    stack = Stack([US], StackConfig(ecn=3), name="accecn-fallback")
     try:
-        dev.configure(peer_address=KERNEL_CIDR)
-        stack = Stack([US], StackConfig(ecn=3), name="accecn-fallback")
-        with PcapWriter(pcap) as writer:
-            drv = TunDriver(stack, dev, pcap=writer)
-            drv.start()
-            try:
-                host = usocket.Host(stack, drv, name="accecn-fallback")
-                c = host.socket(usocket.AF_INET)
-                c.settimeout(15)
-                c.connect((KERNEL, PORT))
-                c.sendall(bytes(50_000))
-                thread.join(15)
-                ours = c.getsockopt(usocket.IPPROTO_TCP, usocket.TCP_INFO)
-                c.close()
-            finally:
-                drv.stop()
+        with tun_host(ns, "utacc2", KERNEL_CIDR, stack, pcap=pcap, offload=False) as host:
+            c = host.socket(usocket.AF_INET)
+            c.settimeout(15)
+            c.connect((KERNEL, PORT))
+            c.sendall(bytes(50_000))
+            thread.join(15)
+            ours = c.getsockopt(usocket.IPPROTO_TCP, usocket.TCP_INFO)
+            c.close()
     finally:
-        dev.close()
         server.close()
     assert got.get("bytes") == 50_000
     raw = got["info"]
     assert isinstance(raw, bytes)
     kopts, _ = _ecn_fields(raw)
     segs = _segments(pcap)
-    syn = next(s for s in segs if s.flags & SYN and not s.flags & ACK)
-    synack = next(s for s in segs if s.flags & SYN and s.flags & ACK)
+    syn, synack = _handshake(segs)
     data = [s for s in segs if s.payload and s.src == socket.inet_aton(US)]
     assert ace_of(syn.flags) == 7 and synack.accecn is None
     print(got["ss"])
@@ -417,7 +385,6 @@ def test_accecn_listener_meets_a_kernel_rfc3168_client(ns: str, tmp_path: Path) 
     with ECE alone; both sides run classic ECN."""
     netns.set_sysctl(ns, "net.ipv4.tcp_ecn", "1")
     pcap = tmp_path / "listener.pcap"
-    dev = TunDevice.open("utacc3", offload=False, netns=ns)
     got: dict[str, object] = {}
 
     def client() -> None:
@@ -426,42 +393,22 @@ def test_accecn_listener_meets_a_kernel_rfc3168_client(ns: str, tmp_path: Path) 
             got["echo"] = s.recv(10)
             got["info"] = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512)
 
-    try:
-        dev.configure(peer_address=KERNEL_CIDR)
-        stack = Stack([US], StackConfig(ecn=3), name="accecn-listener")
-        with PcapWriter(pcap) as writer:
-            drv = TunDriver(stack, dev, pcap=writer)
-            drv.start()
-            try:
-                host = usocket.Host(stack, drv, name="accecn-listener")
-                lst = host.socket(usocket.AF_INET)
-                lst.bind((US, PORT))
-                lst.listen(4)
-                lst.settimeout(15)
-                thread = threading.Thread(target=lambda: netns.call_in_namespace(ns, client), daemon=True)
-                thread.start()
-                conn, _ = lst.accept()
-                conn.settimeout(15)
-                n = 0
-                while n < 20_000:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    n += len(chunk)
-                conn.sendall(b"ok")
-                thread.join(15)
-                ours = conn.getsockopt(usocket.IPPROTO_TCP, usocket.TCP_INFO)
-                conn.close()
-                lst.close()
-            finally:
-                drv.stop()
-    finally:
-        dev.close()
+    stack = Stack([US], StackConfig(ecn=3), name="accecn-listener")
+    with tun_host(ns, "utacc3", KERNEL_CIDR, stack, pcap=pcap, offload=False) as host:
+        lst = _listen(host)
+        thread = _in_ns_thread(ns, client)
+        conn, _ = lst.accept()
+        conn.settimeout(15)
+        n = _recv_count(conn, 20_000)
+        conn.sendall(b"ok")
+        thread.join(15)
+        ours = conn.getsockopt(usocket.IPPROTO_TCP, usocket.TCP_INFO)
+        conn.close()
+        lst.close()
     assert n == 20_000 and got.get("echo") == b"ok"
     raw = got["info"]
     assert isinstance(raw, bytes)
     segs = _segments(pcap)
-    syn = next(s for s in segs if s.flags & SYN and not s.flags & ACK)
-    synack = next(s for s in segs if s.flags & SYN and s.flags & ACK)
+    syn, synack = _handshake(segs)
     assert ace_of(syn.flags) == 3 and ace_of(synack.flags) == 1 and synack.accecn is None
     assert _ecn_fields(raw)[0] & TCPI_OPT_ECN and ours["tcpi_options"] & TCPI_OPT_ECN

@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from netns_helpers import ServeProcess, namespace_fixture
+from netns_helpers import ServeProcess, namespace_fixture, tun_host
 from pair import make_pair
 from usertcp import MSG_FASTOPEN
 from usertcp import socket as usocket
 from usertcp.net import netns
-from usertcp.net.pcap import PcapWriter, read_pcap
-from usertcp.net.tun import TunDevice, TunDriver
+from usertcp.net.pcap import read_pcap
 from usertcp.tcp import fastopen
 from usertcp.tcp.config import TFO_CLIENT_ENABLE, TFO_CLIENT_NO_COOKIE, StackConfig
 from usertcp.tcp.connection import Connection, State
@@ -406,22 +405,13 @@ def test_kernel_server_takes_our_syn_data(ns: str, tmp_path: Path, family: str) 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     pcap = tmp_path / "tfo-client.pcap"
-    dev = TunDevice.open("uttfo0", netns=ns)
+    stack = Stack([us], StackConfig(fastopen=0x1), name="tfo-client")
     try:
-        dev.configure(peer_address=peer_cidr)
-        stack = Stack([us], StackConfig(fastopen=0x1), name="tfo-client")
-        with PcapWriter(pcap) as writer:
-            drv = TunDriver(stack, dev, pcap=writer)
-            drv.start()
-            try:
-                host = usocket.Host(stack, drv, name="tfo-client")
-                _kernel_round(host, peer, v6, b"first")
-                _kernel_round(host, peer, v6, b"second")
-            finally:
-                drv.stop()
+        with tun_host(ns, "uttfo0", peer_cidr, stack, pcap=pcap) as host:
+            _kernel_round(host, peer, v6, b"first")
+            _kernel_round(host, peer, v6, b"second")
         thread.join(10)
     finally:
-        dev.close()
         server.close()
     assert got == [b"first", b"second"]
     parsed = [_tcp(raw) for _, raw in read_pcap(pcap)]

@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 
 from drill_snippets import passive_open
-from netns_helpers import namespace_fixture
+from netns_helpers import namespace_fixture, tun_host
 from usertcp import socket as usocket
 from usertcp.drill.parser import parse_script
 from usertcp.drill.runner import ScriptResult, run_script
 from usertcp.net import netns
-from usertcp.net.tun import TunDevice, TunDriver
 from usertcp.tcp.stack import Stack
 
 OPEN = passive_open(ack_delay="+0") + "   +0 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0\n"
@@ -183,17 +182,11 @@ def test_usertcp_socket_reads_urgent_data_as_the_kernel_does(ns: str) -> None:
     server.settimeout(20)
     thread = threading.Thread(target=_kernel_sender, args=(server,), daemon=True)
     thread.start()
-    dev = TunDevice.open("uturg0", netns=ns)
     results: dict[tuple[str, bool], list[bytes | int]] = {}
     try:
-        dev.configure(peer_address=PEER_CIDR)
-        for inline in (False, True):
-            results[("kernel", inline)] = netns.call_in_namespace(ns, _kernel_reader, inline)
-        stack = Stack([US], name="urgent")
-        drv = TunDriver(stack, dev)
-        drv.start()
-        try:
-            host = usocket.Host(stack, drv, name="urgent")
+        with tun_host(ns, "uturg0", PEER_CIDR, Stack([US], name="urgent")) as host:
+            for inline in (False, True):
+                results[("kernel", inline)] = netns.call_in_namespace(ns, _kernel_reader, inline)
             for inline in (False, True):
                 c = host.socket(usocket.AF_INET)
                 c.settimeout(5)
@@ -204,10 +197,7 @@ def test_usertcp_socket_reads_urgent_data_as_the_kernel_does(ns: str) -> None:
                 time.sleep(0.3)
                 results[("usertcp", inline)] = _reads(c, inline)
                 c.close()
-        finally:
-            drv.stop()
     finally:
-        dev.close()
         server.close()
     assert results[("kernel", False)] == [b"X", b"abc", b"def", errno.EINVAL]
     assert results[("kernel", True)] == [errno.EINVAL, b"abc", b"Xdef", errno.EINVAL]
