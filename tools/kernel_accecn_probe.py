@@ -93,17 +93,34 @@ def describe(pkt: memoryview | bytes) -> str:
     return text
 
 
+def _cc_socket(cc: str) -> socket.socket:
+    """A TCP socket with congestion control ``cc`` (call it inside the namespace)."""
+    s = socket.socket()
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+    return s
+
+
+def _listener(cc: str, port: int) -> socket.socket:
+    """The kernel listening at PEER:``port`` with controller ``cc``."""
+    s = _cc_socket(cc)
+    s.bind((PEER, port))
+    s.listen(4)
+    return s
+
+
+def _connecting(cc: str, port: int) -> socket.socket:
+    """The kernel connecting to US:``port`` with controller ``cc``, non-blocking (its SYN leaves)."""
+    s = _cc_socket(cc)
+    s.setblocking(False)
+    s.connect_ex((US, port))
+    return s
+
+
 def syn_retransmissions(cc: str, count: int = 3, fallback: int = 1) -> list[str]:
     out: list[str] = []
 
     def body(dev: TunDevice, rd: PacketReader, ns: str) -> None:
-        def connect() -> socket.socket:
-            s = socket.socket()
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
-            s.setblocking(False)
-            s.connect_ex((US, 7101))
-            return s
-        s = netns.call_in_namespace(ns, connect)
+        s = netns.call_in_namespace(ns, _connecting, cc, 7101)
         t0 = time.monotonic()
         try:
             for _ in range(count):
@@ -120,13 +137,7 @@ def synack_retransmissions(cc: str, count: int = 4) -> list[str]:
     out: list[str] = []
 
     def body(dev: TunDevice, rd: PacketReader, ns: str) -> None:
-        def listen() -> socket.socket:
-            s = socket.socket()
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
-            s.bind((PEER, 7102))
-            s.listen(4)
-            return s
-        lst = netns.call_in_namespace(ns, listen)
+        lst = netns.call_in_namespace(ns, _listener, cc, 7102)
         try:
             opts = struct.pack("!BBH", 2, 4, 1460) + b"\x04\x02\x01\x01"      # MSS, SACK-permitted
             hdr, _ = build_tcp(US, PEER, 40001, 7102, 1000, 0, TCP_SYN | TCP_ECE | TCP_CWR, options=opts)
@@ -187,13 +198,7 @@ def _kernel_server(cc: str, third_ace: int, out: list[str], body: Callable[[TunD
     SYN-ACK described in ``out``, our handshake ACK with ACE ``third_ace`` (ECT(0)), then
     ``body(device, reader, accepted socket, the kernel's next sequence number)``."""
     def run(dev: TunDevice, rd: PacketReader, ns: str) -> None:
-        def listen() -> socket.socket:
-            s = socket.socket()
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
-            s.bind((PEER, 7103))
-            s.listen(4)
-            return s
-        lst = netns.call_in_namespace(ns, listen)
+        lst = netns.call_in_namespace(ns, _listener, cc, 7103)
         try:
             # MSS 1000, NOP NOP SACK-permitted, NOP wscale 7
             opts = struct.pack("!BBH", 2, 4, 1000) + b"\x01\x01\x04\x02\x01\x03\x03\x07"
@@ -256,13 +261,7 @@ def classic_client_meets_accecn_synack(synack_ace: int, cc: str = "cubic") -> li
     out: list[str] = []
 
     def body(dev: TunDevice, rd: PacketReader, ns: str) -> None:
-        def connect() -> socket.socket:
-            s = socket.socket()
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
-            s.setblocking(False)
-            s.connect_ex((US, 7104))
-            return s
-        s = netns.call_in_namespace(ns, connect)
+        s = netns.call_in_namespace(ns, _connecting, cc, 7104)
         try:
             syn, pkt, _ = rd.next(lambda seg, p, ok: seg.flags & TCP_SYN != 0)
             out.append(f"SYN: {describe(pkt)}")
@@ -319,13 +318,7 @@ def sack_precedence(cc: str) -> list[str]:
     out: list[str] = []
 
     def run(dev: TunDevice, rd: PacketReader, ns: str) -> None:
-        def listen() -> socket.socket:
-            s = socket.socket()
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
-            s.bind((PEER, 7105))
-            s.listen(4)
-            return s
-        lst = netns.call_in_namespace(ns, listen)
+        lst = netns.call_in_namespace(ns, _listener, cc, 7105)
         try:
             syn_opts = struct.pack("!BBH", 2, 4, 1000) + b"\x04\x02" + _ts(100, 0)[2:] + b"\x01\x03\x03\x07"
             dev.write(_packet(0, 0, TCP_SYN, 0b111, options=syn_opts, window=32792, sport=40005, dport=7105))
@@ -351,34 +344,32 @@ def sack_precedence(cc: str) -> list[str]:
     return out
 
 
+def _show(title: str, lines: list[str]) -> None:
+    print(title)
+    for line in lines:
+        print("  " + line)
+
+
 def main() -> None:
     if os.geteuid() != 0:
         sys.exit("run as root (network namespaces, bpf)")
     with AccEcnCongestionControl(f"utaccp{os.getpid() % 10000}") as cc:
         print(f"kernel {os.uname().release}; controller {cc.name} (TCP_CONG_NEEDS_ACCECN)")
         for fallback in (1, 0):
-            print(f"\nThe kernel's SYNs, never answered (net.ipv4.tcp_ecn_fallback={fallback}):")
-            for line in syn_retransmissions(cc.name, fallback=fallback):
-                print("  " + line)
-        print("\nThe kernel's SYN-ACKs to an AccECN SYN (Not-ECT), never ACKed (tcp_ecn_fallback=1):")
-        for line in synack_retransmissions(cc.name):
-            print("  " + line)
-        print("\nLarge ACKs without the AccECN option (the kernel sends):")
-        for line in large_ack(cc.name):
-            print("  " + line)
-        print("\nOur handshake ACK with ACE 000 (a middlebox cleared it):")
-        for line in third_ack_bleached(cc.name):
-            print("  " + line)
+            _show(f"\nThe kernel's SYNs, never answered (net.ipv4.tcp_ecn_fallback={fallback}):",
+                  syn_retransmissions(cc.name, fallback=fallback))
+        _show("\nThe kernel's SYN-ACKs to an AccECN SYN (Not-ECT), never ACKed (tcp_ecn_fallback=1):",
+              synack_retransmissions(cc.name))
+        _show("\nLarge ACKs without the AccECN option (the kernel sends):", large_ack(cc.name))
+        _show("\nOur handshake ACK with ACE 000 (a middlebox cleared it):", third_ack_bleached(cc.name))
         print("\nThe kernel as an RFC 3168 client (tcp_ecn=1) answered by SYN-ACKs of each ACE:")
         for ace in (0b001, 0b010, 0b011, 0b101, 0b110):
             for line in classic_client_meets_accecn_synack(ace)[1:]:
                 print("  " + line)
-        print("\nSACK blocks and the AccECN option in one option space (timestamps on):")
-        for line in sack_precedence(cc.name):
-            print("  " + line)
-        print("\nThe kernel receives a segment three times, as if its ACKs were lost:")
-        for line in options_dropped(cc.name):
-            print("  " + line)
+        _show("\nSACK blocks and the AccECN option in one option space (timestamps on):",
+              sack_precedence(cc.name))
+        _show("\nThe kernel receives a segment three times, as if its ACKs were lost:",
+              options_dropped(cc.name))
 
 
 if __name__ == "__main__":
