@@ -12,8 +12,8 @@ from usertcp.tcp.connection import Connection
 from usertcp.testing import A_ADDR, B_ADDR, Pair, pair
 from usertcp.wire.segment import Buffer, TxPacket
 
-__all__ = ["A_ADDR", "B_ADDR", "Pair", "RecordingEndpoint", "SocketPair", "Transfers", "make_pair", "sha",
-           "socket_pair", "transfer"]
+__all__ = ["A_ADDR", "B_ADDR", "Pair", "RecordingEndpoint", "SocketPair", "Transfers", "check_echo", "hoard",
+           "make_pair", "sha", "socket_pair", "transfer"]
 
 
 class RecordingEndpoint:
@@ -134,6 +134,47 @@ class Transfers:
                 s.shutdown(False, True, now)
             if r.readable_bytes:
                 got[id(r)] += r.recv(1 << 22, now)
+
+
+def hoard(p: Pair, port: int, count: int, rounds: int) -> list[Connection]:
+    """``count`` connections from a to b:``port``, each pushing 256 KiB blocks whenever it has
+    send space, ``rounds`` times 50 ms (whatever b does with the data)."""
+    drv = p.driver
+    hoarders: list[Connection] = []
+    blob = bytes(256 << 10)
+    for _ in range(count):
+        c = p.a.create_connection(B_ADDR, port)
+        p.a.connect(c, drv.now())
+        hoarders.append(c)
+    drv.kick()
+    drv.run_for(0.05)
+    for _ in range(rounds):
+        for c in hoarders:
+            if c.send_space:
+                c.send(blob[:c.send_space], drv.now())
+        drv.kick()
+        drv.run_for(0.05)
+    return hoarders
+
+
+def check_echo(p: Pair, request: bytes, port: int = 7) -> None:
+    """A new client of b's echo service at ``port`` gets ``request`` back (within 30 s)."""
+    drv = p.driver
+    legit = p.a.create_connection(B_ADDR, port)
+    p.a.connect(legit, drv.now())
+    drv.kick()
+    assert drv.run_until(lambda: legit.send_space > 0, 5.0)
+    assert legit.send(request, drv.now()) == len(request)
+    drv.kick()
+    got = bytearray()
+
+    def echoed() -> bool:
+        if legit.readable_bytes:
+            got.extend(legit.recv(1 << 16, drv.now()))
+        return len(got) >= len(request)
+
+    assert drv.run_until(echoed, 30.0), (len(got), p.b.mem.used)
+    assert bytes(got) == request
 
 
 def sha(data: bytes) -> str:

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from pair import B_ADDR, make_pair
+from pair import check_echo, hoard, make_pair
 from peer import ScriptedPeer
 from usertcp.apps.basic import BasicServer
 from usertcp.net.memnet import LinkConfig
@@ -85,21 +85,7 @@ def test_receive_hoarders_shrink_their_windows_and_a_new_client_is_served() -> N
     server.listen(9)                           # a sink that never reads
     lst = server.listen(7)
     BasicServer("echo", lst, lambda: server.now)
-    drv = p.driver
-    hoarders: list[Connection] = []
-    blob = bytes(256 << 10)
-    for _ in range(12):
-        c = p.a.create_connection(B_ADDR, 9)
-        p.a.connect(c, drv.now())
-        hoarders.append(c)
-    drv.kick()
-    drv.run_for(0.05)
-    for _ in range(40):
-        for c in hoarders:
-            if c.send_space:
-                c.send(blob[:c.send_space], drv.now())
-        drv.kick()
-        drv.run_for(0.05)
+    hoard(p, 9, count=12, rounds=40)
     mib = server.counters
     assert mib["TcpExtTCPMemoryPressures"] >= 1 and mib["TcpExtPruneCalled"] >= 1
     assert mib["TcpExtRcvPruned"] >= 1
@@ -107,22 +93,7 @@ def test_receive_hoarders_shrink_their_windows_and_a_new_client_is_served() -> N
     assert len(sinks) == 12
     # Under pressure the window stops growing past four segments (tcp_adjust_rcv_ssthresh).
     assert sum(c.rcv_ssthresh <= 4 * c.rx.advmss() for c in sinks) >= 6
-    legit = p.a.create_connection(B_ADDR, 7)
-    p.a.connect(legit, drv.now())
-    drv.kick()
-    assert drv.run_until(lambda: legit.send_space > 0, 5.0)
-    request = b"PING" * 300
-    assert legit.send(request, drv.now()) == len(request)
-    drv.kick()
-    got = bytearray()
-
-    def echoed() -> bool:
-        if legit.readable_bytes:
-            got.extend(legit.recv(1 << 16, drv.now()))
-        return len(got) >= len(request)
-
-    assert drv.run_until(echoed, 30.0), (len(got), server.mem.used)
-    assert bytes(got) == request
+    check_echo(p, b"PING" * 300)
 
 
 def test_a_socket_holds_no_more_truesize_than_its_buffer_under_pressure() -> None:

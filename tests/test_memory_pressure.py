@@ -9,11 +9,10 @@ client is still served.
 
 from __future__ import annotations
 
-from pair import A_ADDR, B_ADDR, make_pair
+from pair import A_ADDR, B_ADDR, check_echo, hoard, make_pair
 from usertcp.apps.basic import BasicServer
 from usertcp.net.memnet import LinkConfig
 from usertcp.tcp.config import StackConfig
-from usertcp.tcp.connection import Connection
 from usertcp.tcp.memory import MemAccount
 
 LIMIT = 1 << 20
@@ -42,40 +41,11 @@ def test_hoarders_do_not_starve_a_new_client() -> None:
     server = p.b
     lst = server.listen(7)
     BasicServer("echo", lst, lambda: server.now)
-    drv = p.driver
-    hoarders: list[Connection] = []
-    blob = bytes(256 << 10)
-    for _ in range(8):                                  # each pushes 256 KiB, reads nothing
-        c = p.a.create_connection(B_ADDR, 7)
-        p.a.connect(c, drv.now())
-        hoarders.append(c)
-    drv.kick()
-    drv.run_for(0.05)
-    for _ in range(60):
-        for c in hoarders:
-            if c.send_space:
-                c.send(blob[:c.send_space], drv.now())
-        drv.kick()
-        drv.run_for(0.05)
+    hoard(p, 7, count=8, rounds=60)                     # each pushes 256 KiB, reads nothing
     assert server.mem.used >= LIMIT - (64 << 10), server.mem.used
     assert server.counters["TcpExtTCPMemoryPressures"] >= 1
     # A legitimate client: a small request must still come back.
-    legit = p.a.create_connection(B_ADDR, 7)
-    p.a.connect(legit, drv.now())
-    drv.kick()
-    assert drv.run_until(lambda: legit.send_space > 0, 5.0)
-    request = b"GET /status" * 100
-    assert legit.send(request, drv.now()) == len(request)
-    drv.kick()
-    got = bytearray()
-
-    def echoed() -> bool:
-        if legit.readable_bytes:
-            got.extend(legit.recv(1 << 16, drv.now()))
-        return len(got) >= len(request)
-
-    assert drv.run_until(echoed, 30.0), (len(got), server.mem.used)
-    assert bytes(got) == request
+    check_echo(p, b"GET /status" * 100)
     assert A_ADDR != B_ADDR
 
 
