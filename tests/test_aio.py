@@ -345,6 +345,18 @@ def test_preload_app_sends_it_sends_the_greeting_once(parts: int) -> None:
     assert repeats == {"matched": 1, "mismatched": 0}
 
 
+async def _write_and_read_to_eof(a: Stack, server: aio.Server) -> bytes:
+    """A client from ``a`` to ``server`` (B:25) writes a line, "x", and reads to EOF; then the
+    server closes."""
+    reader, writer = await aio.open_connection(B, 25, stack=a)
+    writer.write(b"x\r\n")
+    stream = await reader.read()
+    writer.close()
+    server.close()
+    await server.wait_closed()
+    return stream
+
+
 def test_preload_app_sends_it_never_drops_different_bytes() -> None:
     """Bytes that are not the preload are sent as written, and the mismatch is reported."""
     async def main() -> tuple[bytes, dict[str, int], list[str]]:
@@ -354,12 +366,7 @@ def test_preload_app_sends_it_never_drops_different_bytes() -> None:
         asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx["message"]))
         server = await aio.start_server(greeter(b"220 other name\r\n", 1), B, 25, stack=b,
                                         preload=b"220 mail.test\r\n", app_sends_preload=True)
-        reader, writer = await aio.open_connection(B, 25, stack=a)
-        writer.write(b"x\r\n")
-        stream = await reader.read()
-        writer.close()
-        server.close()
-        await server.wait_closed()
+        stream = await _write_and_read_to_eof(a, server)
         return stream, server.preload_repeats, reported
     stream, repeats, reported = run(main())
     assert stream == b"220 mail.test\r\n220 other name\r\nx\r\n"
@@ -373,12 +380,7 @@ def test_preload_without_app_sends_it_sends_every_written_byte() -> None:
         aio.AsyncioDriver(net)
         greeting = b"220 mail.test\r\n"
         server = await aio.start_server(greeter(greeting, 1), B, 25, stack=b, preload=greeting)
-        reader, writer = await aio.open_connection(B, 25, stack=a)
-        writer.write(b"x\r\n")
-        stream = await reader.read()
-        writer.close()
-        server.close()
-        await server.wait_closed()
+        stream = await _write_and_read_to_eof(a, server)
         return stream
     assert run(main()) == b"220 mail.test\r\n" * 2 + b"x\r\n"
 

@@ -25,14 +25,34 @@ from usertcp.tcp.stack import Stack
 A, B = "10.0.0.1", "10.0.0.2"
 
 
-def world(seed: int = 7, link: LinkConfig | None = None) -> tuple[Network, Stack, Stack]:
-    """Two stacks with fixed secrets (a reproducible run), client first (the loop's default)."""
+def world(seed: int = 7, link: LinkConfig | None = None, *,
+          server_fastopen: int | None = None) -> tuple[Network, Stack, Stack]:
+    """Two stacks with fixed secrets (a reproducible run), client first (the loop's default);
+    ``server_fastopen`` the server's tcp_fastopen mask if not the default."""
     net = Network(seed=seed)
     cfg = StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16)
-    a, b = Stack([A], cfg, name="client"), Stack([B], cfg, name="server")
+    server_cfg = cfg if server_fastopen is None else \
+        StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16, fastopen=server_fastopen)
+    a, b = Stack([A], cfg, name="client"), Stack([B], server_cfg, name="server")
     net.connect(net.add_host(a, [A], "client"), net.add_host(b, [B], "server"),
                 link or LinkConfig(delay=0.005))
     return net, a, b
+
+
+def _fastopen_listener(loop: aio.UsertcpEventLoop, stack: Stack, port: int) -> usocket.Socket:
+    """A loop socket listening at B:``port`` with a Fast Open queue (TCP_FASTOPEN 16)."""
+    lsock = loop.socket(stack=stack)
+    lsock.bind((B, port))
+    lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
+    lsock.listen(8)
+    return lsock
+
+
+def _fastopen_client(loop: aio.UsertcpEventLoop, stack: Stack) -> usocket.Socket:
+    """A loop socket with TCP_FASTOPEN_CONNECT: its connect is deferred to the first write."""
+    csock = loop.socket(stack=stack)
+    csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+    return csock
 
 
 async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -263,11 +283,7 @@ def test_sock_calls_and_connect_accepted_socket(tmp_path: Path) -> None:
 def test_fast_open_through_sock_connect_and_sock() -> None:
     """TCP_FASTOPEN_CONNECT on a loop socket, as on a kernel socket under asyncio: sock_connect
     returns at once once a cookie is cached, and the transport's first write rides in the SYN."""
-    net = Network(seed=7)
-    cfg = StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16)
-    a = Stack([A], cfg, name="client")
-    b = Stack([B], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16, fastopen=0x3), name="server")
-    net.connect(net.add_host(a, [A], "client"), net.add_host(b, [B], "server"), LinkConfig(delay=0.005))
+    net, a, b = world(server_fastopen=0x3)
     syns: list[int] = []        # payload bytes of each SYN the client sent
     net.add_tap(lambda data, _now, _d: syns.append(len(data) - 20 - (data[32] >> 4) * 4)
                 if data[12:16] == bytes(map(int, A.split("."))) and data[33] & 0x12 == 0x02 else None)
@@ -275,15 +291,10 @@ def test_fast_open_through_sock_connect_and_sock() -> None:
     async def main() -> list[tuple[float, float, bytes]]:
         loop = asyncio.get_running_loop()
         assert isinstance(loop, aio.UsertcpEventLoop)
-        lsock = loop.socket(stack=b)
-        lsock.bind((B, 80))
-        lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
-        lsock.listen(8)
-        server = await asyncio.start_server(echo, sock=lsock)
+        server = await asyncio.start_server(echo, sock=_fastopen_listener(loop, b, 80))
         out = []
         for i in range(2):
-            csock = loop.socket(stack=a)
-            csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+            csock = _fastopen_client(loop, a)
             t0 = loop.time()
             await loop.sock_connect(csock, (B, 80))
             waited = loop.time() - t0
@@ -302,13 +313,8 @@ def test_fast_open_through_sock_connect_and_sock() -> None:
             got.set_result(await reader.read())
             writer.close()
 
-        lsock2 = loop.socket(stack=b)
-        lsock2.bind((B, 81))
-        lsock2.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
-        lsock2.listen(8)
-        server2 = await asyncio.start_server(sink, sock=lsock2)
-        csock = loop.socket(stack=a)
-        csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+        server2 = await asyncio.start_server(sink, sock=_fastopen_listener(loop, b, 81))
+        csock = _fastopen_client(loop, a)
         await loop.sock_connect(csock, (B, 81))
         _reader, writer = await asyncio.open_connection(sock=csock)
         writer.write(b"last words")
@@ -333,23 +339,16 @@ def test_fast_open_through_sock_connect_and_sock() -> None:
 def test_tls_over_fast_open_puts_the_client_hello_in_the_syn(pki: Pki) -> None:
     """ssl= on a deferred Fast Open socket: the ClientHello rides in the SYN, so TLS 1.3 is up
     one round trip after connect() instead of two."""
-    net = Network(seed=7)
-    a = Stack([A], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16), name="client")
-    b = Stack([B], StackConfig(isn_secret=b"i" * 16, ts_secret=b"t" * 16, fastopen=0x3), name="server")
-    net.connect(net.add_host(a, [A], "client"), net.add_host(b, [B], "server"), LinkConfig(delay=0.005))
+    net, a, b = world(server_fastopen=0x3)
 
     async def main() -> list[tuple[float, bytes, str | None]]:
         loop = asyncio.get_running_loop()
         assert isinstance(loop, aio.UsertcpEventLoop)
-        lsock = loop.socket(stack=b)
-        lsock.bind((B, 443))
-        lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
-        lsock.listen(8)
-        server = await asyncio.start_server(echo, sock=lsock, ssl=pki.server_context())
+        server = await asyncio.start_server(echo, sock=_fastopen_listener(loop, b, 443),
+                                            ssl=pki.server_context())
         out = []
         for i in range(2):                # the first connection fetches the cookie
-            csock = loop.socket(stack=a)
-            csock.setsockopt(socket.IPPROTO_TCP, usocket.TCP_FASTOPEN_CONNECT, 1)
+            csock = _fastopen_client(loop, a)
             t0 = loop.time()
             await loop.sock_connect(csock, (B, 443))
             reader, writer = await asyncio.open_connection(sock=csock, ssl=pki.client_context(),
