@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from usertcp.net.driver import VirtualTimeDriver
-from usertcp.net.memnet import LinkConfig, Network
+from pair import make_pair
+from usertcp.net.memnet import LinkConfig
 from usertcp.obs.counters import nstat
 from usertcp.tcp.counters import HOT_NAMES, Counters
-from usertcp.tcp.stack import Stack
 
 
 def test_hot_counters_read_and_write_under_their_linux_names() -> None:
@@ -45,16 +44,9 @@ def test_fast_path_ratio_counts_hot_and_table() -> None:
 def test_a_transfer_counts_segments_once_each() -> None:
     """TcpOutSegs of one side equals TcpInSegs of the other on a lossless link, and nstat
     shows the hot counters beside the dict's."""
-    net = Network(seed=3)
-    a, b = Stack(["10.0.0.1"], name="a"), Stack(["10.0.0.2"], name="b")
-    net.connect(net.add_host(a, ["10.0.0.1"]), net.add_host(b, ["10.0.0.2"]), LinkConfig(delay=0.001))
-    drv = VirtualTimeDriver(net)
-    lst = b.listen(80)
-    c = a.create_connection("10.0.0.2", 80)
-    a.connect(c, drv.now())
-    assert drv.run_until(lambda: bool(lst.accept_queue), 5)
-    s = lst.accept()
-    assert s is not None
+    p = make_pair(LinkConfig(delay=0.001), seed=3)
+    a, b, drv = p.a, p.b, p.driver
+    c, s = p.open(80, timeout=5)
     sent = got = 0
     while got < 200_000:
         if sent < 200_000:

@@ -269,21 +269,13 @@ def test_delayed_ack_timer_inflates_the_ato() -> None:
 def _acks_for_bulk(read_in_callback: bool) -> tuple[int, int]:
     """(data segments the receiver took, segments it sent) for 2 MB over an MSS link, the
     application reading inside on_readable or after each event."""
-    from usertcp.net.driver import VirtualTimeDriver
-    from usertcp.net.memnet import LinkConfig, Network
+    from pair import make_pair
+    from usertcp.net.memnet import LinkConfig
     from usertcp.tcp.connection import Connection
-    from usertcp.tcp.stack import Stack
 
-    net = Network(seed=1)
-    a, b = Stack(["10.0.0.1"], name="a"), Stack(["10.0.0.2"], name="b")
-    net.connect(net.add_host(a, ["10.0.0.1"]), net.add_host(b, ["10.0.0.2"]), LinkConfig(delay=0.0001))
-    drv = VirtualTimeDriver(net)
-    lst = b.listen(9)
-    c = a.create_connection("10.0.0.2", 9)
-    a.connect(c, 0.0)
-    assert drv.run_until(lambda: bool(lst.accept_queue), 5)
-    s = lst.accept()
-    assert s is not None
+    p = make_pair(LinkConfig(delay=0.0001), seed=1)
+    b, drv = p.b, p.driver
+    c, s = p.open(9, timeout=5)
     total, sent, got = 2_000_000, 0, [0]
 
     def read(conn: Connection) -> None:
