@@ -149,12 +149,22 @@ class _Peer:
             end = seg.seq + len(seg.payload)
 
 
+def _cubic_connection(dev: TunDevice, rd: PacketReader, ns: str, more_opts: bytes, window: int,
+                      ack_window: int, *, rtt: float, extra: list[SockOpt] | None = None
+                      ) -> tuple[socket.socket, _Peer]:
+    """A pfifo qdisc, then the kernel connecting to port 8080 with CUBIC (and ``extra`` socket
+    options), answered by a SYN-ACK with MSS 1000 then ``more_opts``, and ``window``: its
+    socket and the peer that ACKs it with ``ack_window``."""
+    pfifo(ns)
+    opts = struct.pack("!BBH", 2, 4, 1000) + more_opts
+    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC, *(extra or [])], opts, window, rtt=rtt)
+    return s, _Peer(dev, rd, syn, me, 8080, ack_window)
+
+
 def eor_no_coalesce(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """eor/no-coalesce-small.pkt: writes 10400, 400 with MSG_EOR, 10000 at mss 1000."""
-    pfifo(ns)
-    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 10])
-    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC], opts, 32792, rtt=0.01)
-    peer = _Peer(dev, rd, syn, me, 8080, 514)
+    s, peer = _cubic_connection(dev, rd, ns, bytes([4, 2, 1, 1, 1, 3, 3, 10]),
+                                32792, 514, rtt=0.01)
     peer.ack(1)
     time.sleep(0.01)
     s.send(b"x" * 10400)
@@ -170,10 +180,8 @@ def eor_no_coalesce(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 
 def tso_psh_msg_more(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """30000 bytes written with MSG_MORE (no PSH mark on any skb): which packets carry PSH?"""
-    pfifo(ns)
-    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 7])
-    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC], opts, 65535, rtt=0.01)
-    peer = _Peer(dev, rd, syn, me, 8080, 65535)
+    s, peer = _cubic_connection(dev, rd, ns, bytes([4, 2, 1, 1, 1, 3, 3, 7]),
+                                65535, 65535, rtt=0.01)
     peer.ack(1)
     time.sleep(0.01)
     s.send(b"x" * 30000, MSG_MORE)
@@ -188,11 +196,8 @@ def tso_psh_msg_more(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 def sndbuf_skb_layout(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """tests/drill/sndbuf-skb-accounting.pkt: SO_SNDBUF 21000, a non-blocking 61000-byte
     write at a 100 ms RTT with tcp_min_tso_segs 10, then ACKs of 10000 and 30000 bytes."""
-    pfifo(ns)
-    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([1, 3, 3, 0])
-    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC, (socket.SOL_SOCKET, socket.SO_SNDBUF, 21000)],
-                                  opts, 50000, rtt=0.1)
-    peer = _Peer(dev, rd, syn, me, 8080, 50000)
+    s, peer = _cubic_connection(dev, rd, ns, bytes([1, 3, 3, 0]),
+                                50000, 50000, rtt=0.1, extra=[(socket.SOL_SOCKET, socket.SO_SNDBUF, 21000)])
     time.sleep(0.1)
     peer.ack(1)
     s.setblocking(False)
@@ -211,10 +216,8 @@ def wmem_50000_after_ack(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     window 257 << 7 (skbs of 16000: tcp_bound_to_half_wnd), a 59000-byte non-blocking write,
     then the ACK of the first 10000 bytes. The scripts expect 10001:26001 (16000 bytes: the
     rest of the first skb, then 10 segments of the next, as before tcp_grow_skb in 6.10)."""
-    pfifo(ns)
-    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 7])
-    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC], opts, 32792, rtt=0.02)
-    peer = _Peer(dev, rd, syn, me, 8080, 257)
+    s, peer = _cubic_connection(dev, rd, ns, bytes([4, 2, 1, 1, 1, 3, 3, 7]),
+                                32792, 257, rtt=0.02)
     peer.ack(1)
     time.sleep(0.01)
     s.setblocking(False)
@@ -230,10 +233,8 @@ def wmem_50000_after_ack(dev: TunDevice, rd: PacketReader, ns: str) -> None:
 def bsd_four_segments(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """packetdrill/tests/bsd/fast_retransmit/fr-4pkt-sack-bsd.pkt: RTT 100 ms, 1000 bytes
     acked, then a 4000-byte write. The FreeBSD script expects four one-MSS packets."""
-    pfifo(ns)
-    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([1, 1, 4, 2, 1, 3, 3, 7])
-    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC], opts, 32792, rtt=0.1)
-    peer = _Peer(dev, rd, syn, me, 8080, 257)
+    s, peer = _cubic_connection(dev, rd, ns, bytes([1, 1, 4, 2, 1, 3, 3, 7]),
+                                32792, 257, rtt=0.1)
     s.send(b"x" * 1000)
     peer.show_until(1001)
     time.sleep(0.1)
@@ -248,11 +249,8 @@ def retrans_collapse(dev: TunDevice, rd: PacketReader, ns: str) -> None:
     """tcp_retrans_try_collapse: TCP_NODELAY writes of 100, 100 (MSG_EOR), 100, 100 bytes, each
     its own packet; no ACK, so the RTO resends them: small skbs join up to the MSS, but never
     across the MSG_EOR end (tcp_skb_can_collapse)."""
-    pfifo(ns)
-    opts = struct.pack("!BBH", 2, 4, 1000) + bytes([4, 2, 1, 1, 1, 3, 3, 7])
-    s, syn, me = kernel_connects(dev, rd, ns, 8080, [CUBIC, (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-                                 opts, 32792, rtt=0.01)
-    peer = _Peer(dev, rd, syn, me, 8080, 257)
+    s, peer = _cubic_connection(dev, rd, ns, bytes([4, 2, 1, 1, 1, 3, 3, 7]),
+                                32792, 257, rtt=0.01, extra=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
     for flags in (0, MSG_EOR, 0, 0):
         s.send(b"x" * 100, flags)
     peer.show_until(401)
@@ -263,10 +261,10 @@ def retrans_collapse(dev: TunDevice, rd: PacketReader, ns: str) -> None:
             seg, _, _ = rd.next(lambda seg, p, ok: len(seg.payload) > 0, timeout=3.0)
         except TimeoutError:
             break
-        show(seg, syn.seq)
-        if seg.seq == syn.seq + 1:
+        show(seg, peer.syn.seq)
+        if seg.seq == peer.syn.seq + 1:
             first = seg
-        if first is not None and seg.seq + len(seg.payload) == syn.seq + 401:
+        if first is not None and seg.seq + len(seg.payload) == peer.syn.seq + 401:
             break
     s.close()
 
