@@ -75,8 +75,8 @@ class Client:
 
     peer_ts = 0
 
-    def handshake(self) -> Tcp:
-        self.send(TCP_SYN, options=SYN_OPTS)
+    def handshake(self, syn_opts: bytes = SYN_OPTS) -> Tcp:
+        self.send(TCP_SYN, options=syn_opts)
         got = self.expect()
         assert got is not None, "no SYN-ACK"
         synack = got[0]
@@ -365,13 +365,7 @@ def window_growth(dev: TunDevice, rd: PacketReader, ns: str, *, sizes: list[int]
     window (and tcpi_rcv_ssthresh) with WindowModel's. Returns (matching ACKs, ACKs)."""
     lst = _listen(ns, None)
     c = Client(dev, rd, port)
-    c.send(TCP_SYN, options=SYN_OPTS if wscale else SYN_OPTS_NO_WS)
-    got = c.expect()
-    assert got is not None, "no SYN-ACK"
-    synack = got[0]
-    c.ack = synack.seq + 1
-    c.tsval += 1
-    c.send(TCP_ACK)
+    synack = c.handshake(SYN_OPTS if wscale else SYN_OPTS_NO_WS)
     child, _ = lst.accept()
     ws_opt = synack.option(3)
     ws = ws_opt[0] if ws_opt else 0
