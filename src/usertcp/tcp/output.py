@@ -551,17 +551,16 @@ class Output:
         while True:
             nxt = c.snd_nxt
             avail = data_end - nxt
-            fin_now = c.fin_queued and avail <= 0 and nxt == data_end
-            if avail <= 0 and not fin_now:
+            if avail <= 0:
+                if c.fin_queued and nxt == data_end:
+                    # A bare FIN is sent regardless of the windows' payload room.
+                    return self.emit_new(now, nxt, 0, fin=True) or sent
                 break
             # A fast-open child's unacknowledged SYN-ACK takes no room: Linux starts its
             # snd_una after it (tcp_create_openreq_child), and counts packets for the cwnd.
             syn_unacked = 1 if c.snd_una == 0 else 0
             wnd_room = c.snd_una + syn_unacked + c.snd_wnd - nxt
             cwnd_room = c.cc.cwnd - c.in_flight + syn_unacked
-            if fin_now:
-                # A bare FIN is sent regardless of the windows' payload room.
-                return self.emit_new(now, nxt, 0, fin=True) or sent
             if cwnd_room <= 0 or wnd_room <= 0 or self.pacer.must_wait(now):
                 break             # the windows, or tcp_pacing_check()
             if nxt == c.snd_una and not sent and c.config.slow_start_after_idle:
@@ -582,20 +581,9 @@ class Output:
                 size = min(size, budget)
             elif skb_rest > mss and limit > mss and self.tso_defer(now, nxt, skb_rest, wnd_room, cwnd_room):
                 break
-            if size < mss and size < skb_rest:
-                # Window-limited to a small segment: only if it is half the max window (SWS).
-                if size < c.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
-                    if not (cwnd_room < mss and c.snd_nxt == c.snd_una):
-                        break
-            if size == avail and size % mss and not self.force_push and (
-                    self.corked or self.more_pending or self.mid_write
-                    or (not self.nagle_off and self.snd_sml > c.snd_una and c.snd_nxt > c.snd_una)):
-                # A partial segment at the end of the last skb: Nagle/cork hold it (RFC 896;
-                # Linux tcp_nagle_test for the write queue's tail only, and
-                # tcp_mss_split_point, which sends the full segments before it).
-                if size < mss:
-                    break
-                size -= size % mss
+            size = self.small_segment_test(size, avail, skb_rest, cwnd_room)
+            if size == 0:
+                break
             fin = c.fin_queued and nxt + size == data_end
             if not self.emit_new(now, nxt, size, fin=fin):
                 break          # Linux tcp_write_xmit: a refused skb stays at the queue head
@@ -605,6 +593,28 @@ class Output:
             if size < mss:
                 self.snd_sml = nxt + size
         return sent
+
+    def small_segment_test(self, size: int, avail: int, skb_rest: int, cwnd_room: int) -> int:
+        """What of a ``size``-byte packet of new data may leave now (0: hold it all), with
+        ``avail`` bytes unsent, ``skb_rest`` in the send head's skb: sender SWS avoidance,
+        then Nagle (Minshall) and cork on the tail of the last skb."""
+        c = self.conn
+        mss = c.mss
+        if size < mss and size < skb_rest:
+            # Window-limited to a small segment: only if it is half the max window (SWS).
+            if size < c.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
+                if not (cwnd_room < mss and c.snd_nxt == c.snd_una):
+                    return 0
+        if size == avail and size % mss and not self.force_push and (
+                self.corked or self.more_pending or self.mid_write
+                or (not self.nagle_off and self.snd_sml > c.snd_una and c.snd_nxt > c.snd_una)):
+            # A partial segment at the end of the last skb: Nagle/cork hold it (RFC 896;
+            # Linux tcp_nagle_test for the write queue's tail only, and
+            # tcp_mss_split_point, which sends the full segments before it).
+            if size < mss:
+                return 0
+            size -= size % mss
+        return size
 
     def tso_defer(self, now: float, nxt: int, skb_len: int, send_win: int, cong_win: int) -> bool:
         """Linux tcp_tso_should_defer(): hold a multi-segment skb for the ACK due within
