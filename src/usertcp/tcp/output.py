@@ -86,10 +86,6 @@ class Output:
         self.bytes_retrans = 0         # data bytes retransmitted (tp->bytes_retrans)
         self.pacer = Pacer(conn)       # departure times at the pacing rate (fq, tcp/pacing.py)
 
-    def size_goal(self) -> int:
-        """Bytes per skb a write builds (tcp/tso.py size_goal, Linux tcp_xmit_size_goal)."""
-        return size_goal(self.conn)
-
     def pacing_rate(self) -> int:
         """sk_pacing_rate in bytes/s (tcp/pacing.py pacing_rate, Linux tcp_update_pacing_rate)."""
         return pacing_rate(self.conn)
