@@ -24,6 +24,7 @@ from usertcp.net.memnet import Network
 from usertcp.tcp.errqueue import SO_EE_CODE_ZEROCOPY_COPIED, SO_EE_ORIGIN_ZEROCOPY, ErrorQueue
 from usertcp.tcp.stack import Stack
 from usertcp.tcp.timestamping import SCM_TSTAMP_ACK, SCM_TSTAMP_SCHED, SCM_TSTAMP_SND
+from usertcp.tcp.tso import size_goal
 
 A, B = "10.0.0.1", "10.0.0.2"
 SOF_TX_SOFTWARE, SOF_SOFTWARE, SOF_OPT_ID, SOF_TX_SCHED, SOF_TX_ACK = 1 << 1, 1 << 4, 1 << 7, 1 << 8, 1 << 9
@@ -193,7 +194,7 @@ def test_notsent_lowat_limits_writes_and_writability(pair: SocketPair) -> None:
     conn = cli.connection
     assert conn is not None
     # tcp_sendmsg_locked: a new skb only while fewer than 4000 bytes are unsent.
-    assert conn.unsent_bytes < 4000 + conn.tx.size_goal()
+    assert conn.unsent_bytes < 4000 + size_goal(conn)
     assert n < 100000
     _r, writable, _x = us.select([], [cli], [], 0)
     assert writable == []                               # unsent >= lowat/2: no POLLOUT

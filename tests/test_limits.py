@@ -30,6 +30,7 @@ from usertcp.tcp.config import StackConfig
 from usertcp.tcp.connection import State
 from usertcp.tcp.invariants import check_invariants
 from usertcp.tcp.stack import Stack
+from usertcp.tcp.tso import size_goal
 from usertcp.wire.tcp import encode_options
 
 
@@ -135,7 +136,7 @@ def test_send_buffer_limit_partial_then_eagain() -> None:
     assert conn.send_queue_bytes == n
     # Linux sk_wmem_queued (bytes plus skb overhead) reached sk_sndbuf; the last skb opened
     # below it may overshoot by at most one skb.
-    assert limit <= conn.snd_buf.wmem_queued < limit + conn.tx.size_goal() + SKB_TRUESIZE_OVERHEAD
+    assert limit <= conn.snd_buf.wmem_queued < limit + size_goal(conn) + SKB_TRUESIZE_OVERHEAD
     # Through the socket API: a non-blocking send on a full buffer raises EAGAIN.
     net = Network(seed=3)
     sa, sb = Stack(["10.0.0.1"], name="a"), Stack([B_ADDR], name="b")
@@ -154,7 +155,7 @@ def test_send_buffer_limit_partial_then_eagain() -> None:
     assert ei.value.errno == errno.EAGAIN and total > 0
     conn_a = next(iter(sa.connections.values()))
     assert not conn_a.memory_free
-    assert conn_a.snd_buf.wmem_queued < conn_a.sndbuf_limit + conn_a.tx.size_goal() + SKB_TRUESIZE_OVERHEAD
+    assert conn_a.snd_buf.wmem_queued < conn_a.sndbuf_limit + size_goal(conn_a) + SKB_TRUESIZE_OVERHEAD
     s.close()
     c.close()
     srv.close()

@@ -2,8 +2,9 @@
 
 The parts of the connection live beside it, each an object the connection owns: opening
 (``tcp/handshake.py``), loss recovery (``tcp/recovery.py``), what to send (``tcp/output.py``),
-receiving data (``tcp/receive.py``), the timers (``tcp/timers.py``) and the state table
-(``tcp/states.py``). The connection talks to its stack only through ``tcp/host.py``.
+receiving data (``tcp/receive.py``), the timers (``tcp/timers.py``), closing on the
+application's request (``tcp/closing.py``) and the state table (``tcp/states.py``). The
+connection talks to its stack only through ``tcp/host.py``.
 
 Sans-IO: every entry point takes ``now`` (seconds) and never reads a clock. The
 connection appends the packets it wants sent to its stack's output queue and
@@ -35,6 +36,7 @@ from usertcp.native import mypyc_attr
 from usertcp.tcp.appguard import notify
 from usertcp.tcp.buffers import RecvBuffer, SendBuffer
 from usertcp.tcp.challenge import OutOfWindowLimit
+from usertcp.tcp.closing import abort_connection, close_connection, shutdown_connection
 from usertcp.tcp.congestion import CongestionControl, create_congestion_control
 from usertcp.tcp.errqueue import ErrorQueue
 from usertcp.tcp.handshake import AccEcn, Handshake
@@ -50,6 +52,7 @@ from usertcp.tcp.seq import SEQ_MASK, seq_diff
 from usertcp.tcp.states import CURR_ESTAB, RECEIVING, SENDING, SYNCHRONIZED, Effect, State, transition_effects
 from usertcp.tcp.timers import Timers
 from usertcp.tcp.timewait import TS_PAWS_IDLE, timewait_arrives
+from usertcp.tcp.tso import size_goal
 from usertcp.tcp.wakeup import KEY_ANY, KEY_WRITABLE, notsent_below_lowat
 from usertcp.wire.segment import ACK, FIN, RST, SYN, URG, Buffer, Segment
 
@@ -270,7 +273,7 @@ class Connection:
     @property
     def send_space(self) -> int:
         """Bytes ``send`` would queue now (Linux tcp_sendmsg_locked's copy loop)."""
-        goal = self.tx.size_goal()
+        goal = size_goal(self)
         # tcp_stream_memory_free(): past TCP_NOTSENT_LOWAT only the tail skb may still grow.
         room = self.snd_buf.room(goal, self.sndbuf_limit) if notsent_below_lowat(self, 0) \
             else self.snd_buf.tail_room(goal)
@@ -506,71 +509,16 @@ class Connection:
         return n
 
     def shutdown(self, how_read: bool, how_write: bool, now: float) -> None:
-        if how_read:
-            self.read_shutdown = True
-        if how_write and not self.write_shutdown:
-            self.write_shutdown = True
-            if self.state in (State.ESTABLISHED, State.CLOSE_WAIT):
-                self._queue_fin(now)
-            elif self.state is State.SYN_SENT:
-                self.close_now(now)
-        self.reschedule()
-
-    def _queue_fin(self, now: float) -> None:
-        self.fin_queued = True
-        if self.state is State.ESTABLISHED:
-            self.set_state(State.FIN_WAIT_1, now)
-        elif self.state is State.CLOSE_WAIT:
-            self.set_state(State.LAST_ACK, now)
-        self.tx.run(now)
+        """shutdown(2) of one or both directions (tcp/closing.py)."""
+        shutdown_connection(self, how_read, how_write, now)
 
     def close(self, now: float) -> None:
-        """RFC 9293 §3.10.4 CLOSE; a close with unread data resets (RFC 2525 §2.17)."""
-        if self.closed_by_app:
-            return
-        self.closed_by_app = True
-        self.read_shutdown = True
-        if self.state is not State.CLOSED:
-            self.stack.orphan_count_add(1)    # _close_now takes it off again
-        st = self.state
-        if st in (State.CLOSED, State.LISTEN, State.SYN_SENT):
-            self.close_now(now)
-            return
-        if len(self.rcv_buf) or self.linger_zero:
-            self.mib["TcpExtTCPAbortOnClose" if len(self.rcv_buf) else "TcpExtTCPAbortOnLinger"] += 1
-            if st is not State.TIME_WAIT:
-                self.tx.send_rst(now)
-            self.rcv_buf.discard(len(self.rcv_buf))
-            self.close_now(now)
-            return
-        if not self.write_shutdown:
-            self.write_shutdown = True
-            if st in (State.ESTABLISHED, State.CLOSE_WAIT, State.SYN_RECEIVED):
-                if st is State.SYN_RECEIVED:
-                    self.fin_queued = True
-                    if not len(self.snd_buf) and not self.passive:
-                        # RFC 9293 §3.10.4: nothing to send, so send the FIN now and enter
-                        # FIN-WAIT-1; with data queued, the FIN waits for ESTABLISHED.
-                        self.set_state(State.FIN_WAIT_1, now)
-                        self.tx.emit_new(now, max(self.snd_nxt, 1), 0, fin=True)
-                else:
-                    self._queue_fin(now)
-        if self.state is not State.CLOSED and self.stack.orphan_count_add(0) > self.config.max_orphans:
-            # Linux tcp_too_many_orphans: past the bound an orphan is reset, not kept.
-            self.mib["TcpExtTCPAbortOnMemory"] += 1
-            self.abort(now)
-            return
-        self.reschedule()
+        """RFC 9293 §3.10.4 CLOSE (tcp/closing.py)."""
+        close_connection(self, now)
 
     def abort(self, now: float, error: int = 0) -> None:
-        """RFC 9293 §3.10.5 ABORT: send a reset if synchronized, then forget everything;
-        ``error`` is what the application's next call reports (0: none)."""
-        if error:
-            self.error = error
-        if (self.state in SYNCHRONIZED and self.state is not State.TIME_WAIT) \
-                or self.state is State.SYN_RECEIVED:
-            self.tx.send_rst(now)
-        self.close_now(now)
+        """RFC 9293 §3.10.5 ABORT; ``error`` is what the application's next call reports."""
+        abort_connection(self, now, error)
 
     def close_now(self, now: float) -> None:
         if self.closed_by_app and self.state is not State.CLOSED:

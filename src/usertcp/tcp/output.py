@@ -3,7 +3,7 @@
 :class:`Output` decides and builds the segments of one connection: retransmissions of
 what recovery marked lost (RFC 6675 NextSeg), new data within the send and congestion
 windows with sender silly-window avoidance, Nagle (Linux's Minshall variant), cork and
-MSG_MORE, TSO/GSO sizing (Linux tcp_tso_autosize), the SYN and SYN-ACK with their
+MSG_MORE (TSO/GSO sizing and deferral are tcp/tso.py's), the SYN and SYN-ACK with their
 options, and the emit path that turns one segment into an IP packet for the stack.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING, Final
 
-from usertcp.tcp.buffers import MAX_SKB_FRAGS, SKB_EOR, SKB_PSH
+from usertcp.tcp.buffers import MAX_SKB_FRAGS, SKB_PSH
 from usertcp.tcp.info import (
     CHRONO_BUSY,
     CHRONO_RWND_LIMITED,
@@ -21,7 +21,7 @@ from usertcp.tcp.info import (
     Chrono,
 )
 from usertcp.tcp.memory import SOCK_MIN_SNDBUF
-from usertcp.tcp.pacing import Pacer
+from usertcp.tcp.pacing import Pacer, pacing_rate
 from usertcp.tcp.recovery import (
     CA_CWR,
     CA_LOSS,
@@ -35,6 +35,15 @@ from usertcp.tcp.recovery import (
 )
 from usertcp.tcp.seq import SEQ_MASK
 from usertcp.tcp.states import SYNCHRONIZED, State
+from usertcp.tcp.tso import (
+    MAX_TCP_HEADER,
+    TSO_DEFER_CWND,
+    TSO_SEND,
+    packet_limit,
+    size_goal,
+    tso_bytes,
+    tso_should_defer,
+)
 from usertcp.tcp.zerocopy import frag_fit
 from usertcp.wire.packet import build_packet
 from usertcp.wire.segment import ACK, CWR, ECE, ECN_ECT0, FIN, PSH, RST, SYN, Buffer, Segment
@@ -48,11 +57,8 @@ IP_PMTUDISC_DONT, IP_PMTUDISC_WANT, IP_PMTUDISC_DO, IP_PMTUDISC_PROBE = 0, 1, 2,
 # Linux ip_dont_fragment(): IPv4 DF only with IP_PMTUDISC_WANT (the default) or IP_PMTUDISC_DO.
 _DF_MODES = (IP_PMTUDISC_WANT, IP_PMTUDISC_DO)
 MAX_WINDOW: Final = 65535
-GSO_MAX_SIZE: Final = 65536              # Linux GSO_LEGACY_MAX_SIZE: sk_gso_max_size with software GSO
-MAX_TCP_HEADER: Final = 320              # Linux L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
 SKB_SHINFO_SIZE: Final = 320             # SKB_DATA_ALIGN(sizeof(struct skb_shared_info))
 SK_BUFF_SIZE: Final = 256                # SKB_DATA_ALIGN(sizeof(struct sk_buff))
-PACING_UNLIMITED: Final = (1 << 64) - 1  # ~0ULL: sk_pacing_rate before any RTT sample, sk_max_pacing_rate
 
 
 class Output:
@@ -70,7 +76,7 @@ class Output:
         self.more_pending = False      # inside a send(MSG_MORE): hold its partial segment
         self.push_end = 0              # stream end of the last write without MSG_MORE (PSH mark)
         self.force_push = False        # one push overriding cork/MSG_MORE (TCP_NODELAY set, uncork)
-        self.cwnd_deferred = False     # tso_defer held data for cwnd room (*is_cwnd_limited)
+        self.cwnd_deferred = False     # tso_should_defer held data for cwnd room (*is_cwnd_limited)
         self.mid_write = False         # a push inside send(): more of the same write follows
         self.xmit_budget = -1          # bytes of new data this output may send (-1: no limit)
         self.ts_last = 0               # the last TSval sent, before the offset (RFC 7323 §5.4)
@@ -80,49 +86,9 @@ class Output:
         self.bytes_retrans = 0         # data bytes retransmitted (tp->bytes_retrans)
         self.pacer = Pacer(conn)       # departure times at the pacing rate (fq, tcp/pacing.py)
 
-    def size_goal(self) -> int:
-        """Linux tcp_xmit_size_goal(): bytes per skb a write builds, a multiple of the MSS
-        bounded by half the peer's largest window (tcp_bound_to_half_wnd); one MSS without
-        GSO (TCP-MD5 turns it off)."""
-        c = self.conn
-        mss = c.mss
-        if c.md5_key is not None:      # without offload, TCP still builds GSO skbs (sk_setup_caps
-            return mss                 # forces NETIF_F_GSO; software GSO cuts them per packet)
-        goal = GSO_MAX_SIZE
-        cutoff = c.max_snd_wnd >> 1 if c.max_snd_wnd > 536 else c.max_snd_wnd
-        if cutoff and goal > cutoff:
-            goal = max(cutoff, 68 - 20 - (12 if c.ts_ok else 0))   # 68 - tcp_header_len
-        return max(goal // mss * mss, mss)
-
     def pacing_rate(self) -> int:
-        """Linux tcp_update_pacing_rate(): bytes/s, 200 % of cwnd/srtt in slow start and
-        120 % after (tcp_pacing_ss_ratio, tcp_pacing_ca_ratio); unlimited (~0) before an
-        RTT sample."""
-        c = self.conn
-        srtt = c.rtt.srtt
-        if not srtt:
-            return PACING_UNLIMITED
-        cwnd = c.cc.cwnd
-        ratio = 2.0 if cwnd < c.cc.ssthresh // 2 else 1.2
-        return int(ratio * max(cwnd, c.snd_nxt - c.snd_una) / srtt)
-
-    def tso_bytes(self) -> int:
-        """Linux tcp_tso_segs()/tcp_tso_autosize(): the largest burst one skb leaves in,
-        about 1 ms of the pacing rate but at least tcp_min_tso_segs segments."""
-        c = self.conn
-        mss = c.mss
-        if c.md5_key is not None:
-            return mss
-        srtt = c.rtt.srtt
-        if not srtt:
-            size = GSO_MAX_SIZE                 # sk_pacing_rate starts unlimited
-        else:
-            size = self.pacing_rate() >> 10     # sk_pacing_shift
-            r = int((c.rtt.min_rtt or srtt) * 1e6) >> 9    # tcp_tso_rtt_log
-            if r < 32:
-                size += GSO_MAX_SIZE >> r
-            size = min(size, GSO_MAX_SIZE)
-        return max(size // mss, c.config.min_tso_segs, 1) * mss
+        """sk_pacing_rate in bytes/s (tcp/pacing.py pacing_rate, Linux tcp_update_pacing_rate)."""
+        return pacing_rate(self.conn)
 
     def window_field(self, syn: bool) -> int:
         """The receive window to advertise (RFC 9293 §3.8.6.2.2, as Linux chooses it)."""
@@ -430,7 +396,7 @@ class Output:
         mss = c.mss
         limit = mss
         if room > mss:
-            limit = min(room, max(self.packet_limit(half_cwnd=False), mss))
+            limit = min(room, max(packet_limit(c, half_cwnd=False), mss))
         dlen = self.shape_retransmission(r, index, limit)
         buf = c.snd_buf
         flags = ACK
@@ -505,21 +471,6 @@ class Output:
         c.mib["TcpExtTCPRetransFail"] += 1
         return False
 
-    def packet_limit(self, half_cwnd: bool = True) -> int:
-        """Bytes one packet of new data may carry (Linux tcp_write_xmit): one MSS without GSO;
-        with it, tcp_tso_segs() (autosize) and tcp_cwnd_test(), which keeps a packet to half
-        the cwnd so that at least two GSO packets are in flight."""
-        c = self.conn
-        mss = c.mss
-        if c.md5_key is not None:
-            return mss
-        segs = self.tso_bytes() // mss
-        if half_cwnd:
-            segs = min(segs, max((c.cc.cwnd // mss) >> 1, 1))
-        if c.stack.gso_max_size > 0:
-            segs = min(segs, (c.stack.gso_max_size - 1 - MAX_TCP_HEADER) // mss)
-        return max(segs, 1) * mss
-
     def note_rwnd_limit(self, now: float) -> None:
         """The end of Linux tcp_write_xmit: receive-window limited when the cwnd has room
         but the next unsent MSS does not fit the peer's window (tcp_snd_wnd_test), for
@@ -547,21 +498,20 @@ class Output:
             if probe == 0:
                 return False
             sent = probe > 0
-        limit = self.packet_limit()
+        limit = packet_limit(c)
         while True:
             nxt = c.snd_nxt
             avail = data_end - nxt
-            fin_now = c.fin_queued and avail <= 0 and nxt == data_end
-            if avail <= 0 and not fin_now:
+            if avail <= 0:
+                if c.fin_queued and nxt == data_end:
+                    # A bare FIN is sent regardless of the windows' payload room.
+                    return self.emit_new(now, nxt, 0, fin=True) or sent
                 break
             # A fast-open child's unacknowledged SYN-ACK takes no room: Linux starts its
             # snd_una after it (tcp_create_openreq_child), and counts packets for the cwnd.
             syn_unacked = 1 if c.snd_una == 0 else 0
             wnd_room = c.snd_una + syn_unacked + c.snd_wnd - nxt
             cwnd_room = c.cc.cwnd - c.in_flight + syn_unacked
-            if fin_now:
-                # A bare FIN is sent regardless of the windows' payload room.
-                return self.emit_new(now, nxt, 0, fin=True) or sent
             if cwnd_room <= 0 or wnd_room <= 0 or self.pacer.must_wait(now):
                 break             # the windows, or tcp_pacing_check()
             if nxt == c.snd_una and not sent and c.config.slow_start_after_idle:
@@ -569,7 +519,7 @@ class Output:
                 # corpus' slow_start/slow-start-after-win-update.pkt: held by a zero window).
                 self.idle_restart(now)
                 cwnd_room = c.cc.cwnd - c.in_flight + syn_unacked
-                limit = self.packet_limit()
+                limit = packet_limit(c)
             # A packet takes the skb at the send head and, as Linux 6.10+ tcp_grow_skb()
             # pulls them in, the next ones up to an skb written with MSG_EOR.
             skb_rest = min(buf.collapse_end(nxt - 1) + 1 - nxt, avail)
@@ -582,20 +532,9 @@ class Output:
                 size = min(size, budget)
             elif skb_rest > mss and limit > mss and self.tso_defer(now, nxt, skb_rest, wnd_room, cwnd_room):
                 break
-            if size < mss and size < skb_rest:
-                # Window-limited to a small segment: only if it is half the max window (SWS).
-                if size < c.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
-                    if not (cwnd_room < mss and c.snd_nxt == c.snd_una):
-                        break
-            if size == avail and size % mss and not self.force_push and (
-                    self.corked or self.more_pending or self.mid_write
-                    or (not self.nagle_off and self.snd_sml > c.snd_una and c.snd_nxt > c.snd_una)):
-                # A partial segment at the end of the last skb: Nagle/cork hold it (RFC 896;
-                # Linux tcp_nagle_test for the write queue's tail only, and
-                # tcp_mss_split_point, which sends the full segments before it).
-                if size < mss:
-                    break
-                size -= size % mss
+            size = self.small_segment_test(size, avail, skb_rest, cwnd_room)
+            if size == 0:
+                break
             fin = c.fin_queued and nxt + size == data_end
             if not self.emit_new(now, nxt, size, fin=fin):
                 break          # Linux tcp_write_xmit: a refused skb stays at the queue head
@@ -606,34 +545,35 @@ class Output:
                 self.snd_sml = nxt + size
         return sent
 
-    def tso_defer(self, now: float, nxt: int, skb_len: int, send_win: int, cong_win: int) -> bool:
-        """Linux tcp_tso_should_defer(): hold a multi-segment skb for the ACK due within
-        min(1 ms, srtt/2), so that it leaves in one larger TSO packet, unless a full TSO
-        packet or a third of the window (tcp_tso_win_divisor 3) can go now."""
+    def small_segment_test(self, size: int, avail: int, skb_rest: int, cwnd_room: int) -> int:
+        """What of a ``size``-byte packet of new data may leave now (0: hold it all), with
+        ``avail`` bytes unsent, ``skb_rest`` in the send head's skb: sender SWS avoidance,
+        then Nagle (Minshall) and cork on the tail of the last skb."""
         c = self.conn
-        rtx = c.recovery.rtx
-        srtt = c.rtt.srtt
-        if (c.recovery.ca_state >= CA_RECOVERY or self.data_sent_time < 0 or not rtx or not srtt
-                or now - self.data_sent_time > 0.001):     # bursts only right after a send
-            return False
-        room = min(send_win, cong_win)
-        if room >= self.tso_bytes():
-            return False
-        if nxt - 1 + skb_len < c.snd_buf.end and room >= skb_len:
-            return False                # the middle of the queue: nothing more will join it
-        if room >= min(c.snd_wnd, c.cc.cwnd) // 3:
-            return False
-        if rtx[0].tx_time + srtt - now > min(srtt / 2, 0.001):
-            return False                # the next ACK comes too late
-        if cong_win < send_win:
-            if cong_win <= skb_len:
-                self.cwnd_deferred = True   # tcp_tso_should_defer sets *is_cwnd_limited
-                return True             # cwnd-limited
-        elif send_win <= skb_len:
-            return True                 # rwnd-limited
-        # Application-limited: wait for more data, unless none may join (FIN, MSG_EOR).
-        return not (c.fin_queued and nxt - 1 + skb_len >= c.snd_buf.end) \
-            and not c.snd_buf.skb_flags(nxt - 1) & SKB_EOR
+        mss = c.mss
+        if size < mss and size < skb_rest:
+            # Window-limited to a small segment: only if it is half the max window (SWS).
+            if size < c.max_snd_wnd // 2 or (cwnd_room < mss and cwnd_room < avail):
+                if not (cwnd_room < mss and c.snd_nxt == c.snd_una):
+                    return 0
+        if size == avail and size % mss and not self.force_push and (
+                self.corked or self.more_pending or self.mid_write
+                or (not self.nagle_off and self.snd_sml > c.snd_una and c.snd_nxt > c.snd_una)):
+            # A partial segment at the end of the last skb: Nagle/cork hold it (RFC 896;
+            # Linux tcp_nagle_test for the write queue's tail only, and
+            # tcp_mss_split_point, which sends the full segments before it).
+            if size < mss:
+                return 0
+            size -= size % mss
+        return size
+
+    def tso_defer(self, now: float, nxt: int, skb_len: int, send_win: int, cong_win: int) -> bool:
+        """Hold the skb at ``nxt`` for a larger TSO packet (tcp/tso.py tso_should_defer)?
+        Held for cwnd room, the cwnd counts as used (*is_cwnd_limited)."""
+        verdict = tso_should_defer(self.conn, now, self.data_sent_time, nxt, skb_len, send_win, cong_win)
+        if verdict == TSO_DEFER_CWND:
+            self.cwnd_deferred = True
+        return verdict != TSO_SEND
 
     def emit_new(self, now: float, off: int, size: int, *, fin: bool, force_psh: bool = False,
                  probe: bool = False) -> bool:
@@ -756,7 +696,7 @@ class Output:
         zc_ends = list(accumulate(regions)) if pinned and regions else [total] if pinned else None
         if zc_ends is not None and (zc_ends[-1] != total or min(regions, default=1) <= 0):
             raise ValueError(f"regions {tuple(regions)} do not cover the {total} bytes written")
-        goal = self.size_goal()
+        goal = size_goal(c)
         copied = 0
         if total and not c.unsent_bytes:
             self.chrono.start(CHRONO_BUSY, now)  # tcp_add_write_queue_tail() on an empty queue
@@ -821,11 +761,11 @@ class Output:
             return goal
         self.mid_write = True
         self.more_pending = more
-        self.xmit_budget = -1 if forced else self.tso_bytes()
+        self.xmit_budget = -1 if forced else tso_bytes(self.conn)
         self.run(now)
         self.xmit_budget = -1
         self.mid_write = self.more_pending = False
-        return self.size_goal()
+        return size_goal(self.conn)
 
     def idle_restart(self, now: float) -> None:
         """Linux tcp_slow_start_after_idle_check(), as tcp_skb_entail() queues a new skb:

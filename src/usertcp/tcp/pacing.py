@@ -18,12 +18,24 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from usertcp.tcp.connection import Connection
 
-__all__ = ["PACING_FQ", "PACING_NEEDED", "PACING_NONE", "Pacer"]
+__all__ = ["PACING_FQ", "PACING_NEEDED", "PACING_NONE", "PACING_UNLIMITED", "Pacer", "pacing_rate"]
 
 # sk_pacing_status (include/net/sock.h).
 PACING_NONE, PACING_NEEDED, PACING_FQ = 0, 1, 2
 _UNPACED_SEGS = 10          # "Original sch_fq does not pace first 10 MSS"
-_UNLIMITED = (1 << 64) - 1  # ~0UL: no rate yet
+PACING_UNLIMITED = (1 << 64) - 1  # ~0ULL: sk_pacing_rate before any RTT sample, sk_max_pacing_rate
+
+
+def pacing_rate(c: Connection) -> int:
+    """Linux tcp_update_pacing_rate(): bytes/s, 200 % of cwnd/srtt in slow start and
+    120 % after (tcp_pacing_ss_ratio, tcp_pacing_ca_ratio); unlimited (~0) before an
+    RTT sample."""
+    srtt = c.rtt.srtt
+    if not srtt:
+        return PACING_UNLIMITED
+    cwnd = c.cc.cwnd
+    ratio = 2.0 if cwnd < c.cc.ssthresh // 2 else 1.2
+    return int(ratio * max(cwnd, c.snd_nxt - c.snd_una) / srtt)
 
 
 class Pacer:
@@ -53,8 +65,8 @@ class Pacer:
             self.wstamp = now
         if c.data_segs_out < _UNPACED_SEGS:
             return
-        rate = c.tx.pacing_rate()
-        if rate <= 0 or rate >= _UNLIMITED:
+        rate = pacing_rate(c)
+        if rate <= 0 or rate >= PACING_UNLIMITED:
             return
         gap = length / rate
         credit = self.wstamp - prior          # the time this flow was late: OS jitter

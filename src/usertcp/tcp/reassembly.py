@@ -269,40 +269,15 @@ class ReassemblyQueue:
             if e < fin_end:  # a FIN inside data we hold is inconsistent: drop the FIN
                 fin = False
 
-        # Gaps of [s, e) not covered by stored chunks.
         pieces: list[tuple[int, int]] = []
-        touched = -1
-        if e > s:
-            i = bisect_right(self._ends, s)
-            cur = s
-            while i < len(self._starts) and self._starts[i] < e:
-                if touched < 0:
-                    touched = i
-                if self._starts[i] > cur:
-                    pieces.append((cur, self._starts[i]))
-                cur = max(cur, self._ends[i])
-                i += 1
-            if cur < e:
-                pieces.append((cur, e))
-
+        touched = self._gaps(s, e, pieces) if e > s else -1
         new_bytes = sum(b - a for a, b in pieces)
         if len(self._data) + len(pieces) > self.max_segments or self._bytes + new_bytes > self.max_bytes:
             return False  # caller counts TcpExtTCPOFODrop
 
         self._clock += 1
         stamp = self._clock
-        charged = 0
-        for a, b in pieces:
-            j = bisect_left(self._starts, a)
-            piece = data[a - s : b - s]
-            # Each piece keeps its packet's buffer alive: charged its whole truesize.
-            cost = truesize(piece)
-            self._starts.insert(j, a)
-            self._ends.insert(j, b)
-            self._data.insert(j, piece)
-            self._costs.insert(j, cost)
-            self._stamps.insert(j, stamp)
-            charged += cost
+        charged = self._store(pieces, data, s, stamp)
         self._bytes += new_bytes
         if charged:
             self._recharge(charged)
@@ -315,6 +290,40 @@ class ReassemblyQueue:
             self._fin = e
             self._fin_stamp = stamp
         return True
+
+    def _gaps(self, s: int, e: int, pieces: list[tuple[int, int]]) -> int:
+        """Append to ``pieces`` the gaps of [s, e) (e > s) no stored chunk covers; return the
+        index of the first stored chunk the range overlaps, -1 if none."""
+        touched = -1
+        i = bisect_right(self._ends, s)
+        cur = s
+        while i < len(self._starts) and self._starts[i] < e:
+            if touched < 0:
+                touched = i
+            if self._starts[i] > cur:
+                pieces.append((cur, self._starts[i]))
+            cur = max(cur, self._ends[i])
+            i += 1
+        if cur < e:
+            pieces.append((cur, e))
+        return touched
+
+    def _store(self, pieces: list[tuple[int, int]], data: memoryview, s: int, stamp: int) -> int:
+        """Insert each gap of ``pieces`` as a slice of ``data`` (which starts at ``s``), in
+        order, stamped ``stamp``; return the truesize charged for them."""
+        charged = 0
+        for a, b in pieces:
+            j = bisect_left(self._starts, a)
+            piece = data[a - s : b - s]
+            # Each piece keeps its packet's buffer alive: charged its whole truesize.
+            cost = truesize(piece)
+            self._starts.insert(j, a)
+            self._ends.insert(j, b)
+            self._data.insert(j, piece)
+            self._costs.insert(j, cost)
+            self._stamps.insert(j, stamp)
+            charged += cost
+        return charged
 
     # -- delivery ----------------------------------------------------------------------
 

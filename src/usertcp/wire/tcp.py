@@ -161,6 +161,12 @@ def parse_options(seg: Segment, opts: memoryview) -> None:
     if n == 12 and opts[0] == 1 and opts[1] == 1 and opts[2] == 8 and opts[3] == 10:
         seg.ts_val, seg.ts_ecr = _S_II.unpack_from(opts, 4)
         return
+    _walk_options(seg, opts, n)
+
+
+def _walk_options(seg: Segment, opts: memoryview, n: int) -> None:
+    """parse_options' general case: walk the ``n`` option bytes kind by kind (Linux
+    tcp_parse_options' loop), the frequent kinds inline, the rare ones in _other_option."""
     i = 0
     while i < n:
         kind = opts[i]
@@ -204,22 +210,23 @@ def parse_options(seg: Segment, opts: memoryview) -> None:
             # other experiments (e.g. SMC) are ignored, not counted as unknown.
             if olen >= 4 and ((opts[i + 2] << 8) | opts[i + 3]) == FASTOPEN_EXP_MAGIC:
                 _fastopen(seg, opts, i + 4, olen - 4, True)
-        elif kind == OPT_MD5:
-            if olen == 18:
-                seg.md5 = opts[i + 2:i + 18]
-        elif kind == OPT_AO:
-            # RFC 5925 §2.2: KeyID, RNextKeyID, MAC; at least 4 bytes. Verified elsewhere.
-            if olen >= 4:
-                seg.ao = opts[i + 2:i + olen]
         else:
             _other_option(seg, opts, i, kind, olen)
         i += olen
 
 
 def _other_option(seg: Segment, opts: memoryview, i: int, kind: int, olen: int) -> None:
-    """An option parse_options has no branch for: the AccECN option (RFC 9768 §3.2.3, kept
-    whole for tcp/accecn.py, which reads it with wire/accecn.py), or an unknown kind."""
-    if kind in (OPT_ACCECN0, OPT_ACCECN1):
+    """An option _walk_options has no branch for: TCP-MD5 (RFC 2385), TCP-AO (RFC 5925
+    §2.2: KeyID, RNextKeyID, MAC; at least 4 bytes; verified elsewhere), the AccECN option
+    (RFC 9768 §3.2.3, kept whole for tcp/accecn.py, which reads it with wire/accecn.py), or
+    an unknown kind."""
+    if kind == OPT_MD5:
+        if olen == 18:
+            seg.md5 = opts[i + 2:i + 18]
+    elif kind == OPT_AO:
+        if olen >= 4:
+            seg.ao = opts[i + 2:i + olen]
+    elif kind in (OPT_ACCECN0, OPT_ACCECN1):
         seg.accecn = opts[i:i + olen]
     else:
         seg.unknown_options += 1
