@@ -309,7 +309,7 @@ class Stack:
         # The view only for a predicted segment: a missed prediction (a window update, most
         # of a bulk sender's ACK stream) costs no more than the peek and the lookup.
         mv = packet if type(packet) is memoryview else memoryview(packet)
-        if not checksums_ok(mv, ip_len, tot, src, dst, checksum_verified):
+        if not checksums_ok(mv, ip_len, tot, checksum_verified):
             return False, conn
         opts = predicted_options(mv, ip_len, tot, hp_word, conn.md5_key, conn.ts_ok, src, dst)
         if opts is None:

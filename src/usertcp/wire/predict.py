@@ -69,16 +69,16 @@ def peek_tcp(buf: Buffer) -> Peek | None:
     return ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word
 
 
-def checksums_ok(mv: memoryview, ip_len: int, tot: int, src: bytes, dst: bytes,
-                 tcp_verified: bool) -> bool:
+def checksums_ok(mv: memoryview, ip_len: int, tot: int, tcp_verified: bool) -> bool:
     """The IPv4 header checksum and (unless the link verified it) the TCP checksum."""
     if ip_len == 20 and _from_bytes(mv[:20], "big") % 0xFFFF:
         return False
     if tcp_verified:
         return True
-    tlen = tot - ip_len
-    pseudo = _from_bytes(src, "big") + _from_bytes(dst, "big") + 6 + tlen
-    return not (residue(mv[ip_len:tot]) + pseudo) % 0xFFFF
+    # RFC 9293 §3.1 pseudo-header: the addresses end the IP header (IPv4 bytes 12-20, IPv6
+    # 8-40), an even offset, so one residue over them and the segment sums both; the
+    # protocol and the TCP length are added.
+    return not (residue(mv[ip_len - (8 if ip_len == 20 else 32):tot]) + 6 + tot - ip_len) % 0xFFFF
 
 
 def predicted_options(mv: memoryview, ip_len: int, tot: int, hp_word: int, md5_key: bytes | None,
