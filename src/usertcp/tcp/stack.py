@@ -296,10 +296,9 @@ class Stack:
         unusual returns (False, the connection found or None) and the full slow path runs,
         which also counts errors.
         """
-        hdr = peek_tcp(packet)
-        if hdr is None:
+        ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word = peek_tcp(packet)
+        if not ip_len:
             return False, None
-        ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word = hdr
         conn = self.connections.get((dst, dport, src, sport))
         if conn is None:
             return False, None

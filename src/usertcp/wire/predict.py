@@ -4,7 +4,8 @@ The stack's fast path must not know header layouts, so it asks this module, in t
 cheap steps that let it give up as early as possible:
 
 1. :func:`peek_tcp` reads the fixed IPv4/IPv6 and TCP headers of an unfragmented TCP
-   packet (no options decoded, no checksum) and returns the fields prediction compares;
+   packet (no options decoded, no checksum) and returns the fields prediction compares
+   (:data:`NO_PEEK` for anything else);
 2. :func:`checksums_ok` checks the IPv4 header checksum and the TCP checksum;
 3. :func:`predicted_options` decodes only the option layout a predicted segment has:
    the TCP-MD5 option first if signed (RFC 2385), then NOP, NOP, timestamps (RFC 7323
@@ -42,30 +43,33 @@ HP_MASK: Final = 0xF0F7FFFF
 
 # peek_tcp's result: (ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word), where
 # hp_word is the 4th TCP header word (data offset, flags, window) as one integer.
+# Not optional: the compiled build returns a fixed tuple by value, no tuple object to build
+# and take apart on every packet; ip_len 0 (NO_PEEK) says "not a plain TCP packet".
 Peek = tuple[int, int, int, bytes, bytes, int, int, int, int, int]
+NO_PEEK: Final[Peek] = (0, 0, 0, b"", b"", 0, 0, 0, 0, 0)
 
 
-def peek_tcp(buf: Buffer) -> Peek | None:
-    """The fixed headers of an unfragmented IPv4/IPv6 TCP packet, or None. ``buf`` is read
-    in place (no view is made: a missed prediction should cost little)."""
+def peek_tcp(buf: Buffer) -> Peek:
+    """The fixed headers of an unfragmented IPv4/IPv6 TCP packet, or :data:`NO_PEEK`.
+    ``buf`` is read in place (no view is made: a missed prediction should cost little)."""
     n = len(buf)
     if n < 40:
-        return None
+        return NO_PEEK
     first = buf[0]
     if first == 0x45:
         tos, tot, frag, proto, src, dst, sport, dport, seq, ack, hp_word = _unpack_ip4tcp(buf, 0)
         if proto != 6 or frag & 0x3FFF or tot > n:
-            return None
+            return NO_PEEK
         ip_len = 20
     elif first >> 4 == 6 and n >= 60:
         vtc, plen6, nh, src, dst, sport, dport, seq, ack, hp_word = _unpack_ip6tcp(buf, 0)
         tot = 40 + plen6
         if nh != 6 or tot > n:
-            return None
+            return NO_PEEK
         ip_len = 40
         tos = (vtc >> 20) & 0xFF
     else:
-        return None
+        return NO_PEEK
     return ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word
 
 
