@@ -74,11 +74,16 @@ def test_built_checksum_is_the_reference_and_both_receive_paths_verify_it(
     assert parse_packet(wire).checksum_ok
     mv = memoryview(wire)
     peek = peek_tcp(mv)
-    assert peek is not None
-    assert checksums_ok(mv, peek[0], peek[1], peek[3], peek[4], False)
+    assert peek[0] == (40 if v6 else 20)
+    assert checksums_ok(mv, peek[0], peek[1], False)
     # One flipped payload (or header) bit: both paths must refuse the packet.
     pos = off + rnd.randrange(len(tcp))
     wire[pos] ^= 1 << rnd.randrange(8)
     with pytest.raises(DropPacket):
         parse_packet(wire)
-    assert not checksums_ok(memoryview(wire), peek[0], peek[1], peek[3], peek[4], False)
+    assert not checksums_ok(memoryview(wire), peek[0], peek[1], False)
+    # The pseudo-header's addresses are read from the packet: a flipped address bit is refused.
+    addr = bytearray(build_packet(src=src, dst=dst, sport=1234, dport=80, seq=seq, ack=7, flags=ACK,
+                                  window=501, options=opts, payload=parts).tobytes())
+    addr[(8 if v6 else 12) + rnd.randrange(32 if v6 else 8)] ^= 1 << rnd.randrange(8)
+    assert not checksums_ok(memoryview(addr), peek[0], peek[1], False)

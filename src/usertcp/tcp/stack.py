@@ -225,8 +225,11 @@ class Stack:
 
     def _receive(self, packet: Buffer, now: float, checksum_verified: bool, gso_size: int) -> None:
         self.now = now
-        if self.config.header_prediction and self._fast_receive(packet, now, checksum_verified, gso_size):
-            return
+        known: Connection | None = None
+        if self.config.header_prediction:
+            handled, known = self._fast_receive(packet, now, checksum_verified, gso_size)
+            if handled:
+                return
         mib = self.counters.table
         try:
             seg = parse_packet(packet, verify_checksum=not checksum_verified)
@@ -251,7 +254,9 @@ class Stack:
         if martian is not None:
             self.count_martian(seg.ip_version, *martian)
             return
-        self.segment_arrives(seg, now)
+        # The connection the header peek found for this 4-tuple (same bytes the parser read):
+        # a missed prediction does not pay the lookup twice.
+        self.segment_arrives(seg, now, known)
 
     def count_martian(self, ip_version: int, reason: str, source: bool) -> None:
         """A martian address (tcp/martians.py): rt_cache in_martian_src/dst, Linux's drop
@@ -281,45 +286,48 @@ class Stack:
             return
         icmp_arrives(self, msg, now)
 
-    def _fast_receive(self, packet: Buffer, now: float, checksum_verified: bool, gso_size: int) -> bool:
+    def _fast_receive(self, packet: Buffer, now: float, checksum_verified: bool, gso_size: int
+                      ) -> tuple[bool, Connection | None]:
         """Header prediction (Linux tcp_rcv_established): handle the expected segment cheaply.
 
         One comparison of the raw 4th header word (data offset, flags, window) with the
         connection's prediction word plus the expected sequence number picks the segment;
         only the timestamp (and MD5) option at its canonical place is decoded. Anything
-        unusual returns False and the full slow path runs, which also counts errors.
+        unusual returns (False, the connection found or None) and the full slow path runs,
+        which also counts errors.
         """
-        mv = packet if type(packet) is memoryview else memoryview(packet)
-        hdr = peek_tcp(mv)
-        if hdr is None:
-            return False
-        ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word = hdr
+        ip_len, tot, tos, src, dst, sport, dport, seq, ack, hp_word = peek_tcp(packet)
+        if not ip_len:
+            return False, None
         conn = self.connections.get((dst, dport, src, sport))
         if conn is None:
-            return False
+            return False, None
         pred = conn.pred_flags
         if not pred or (hp_word & HP_MASK) != pred or seq != (conn.irs + conn.rcv_nxt) & 0xFFFFFFFF:
-            return False
-        if not checksums_ok(mv, ip_len, tot, src, dst, checksum_verified):
-            return False
+            return False, conn
+        # The view only for a predicted segment: a missed prediction (a window update, most
+        # of a bulk sender's ACK stream) costs no more than the peek and the lookup.
+        mv = packet if type(packet) is memoryview else memoryview(packet)
+        if not checksums_ok(mv, ip_len, tot, checksum_verified):
+            return False, conn
         opts = predicted_options(mv, ip_len, tot, hp_word, conn.md5_key, conn.ts_ok, src, dst)
         if opts is None:
-            return False
+            return False, conn
         start, ts_val, ts_ecr = opts
         # RFC 7323 §5.3 PAWS: an old timestamp goes to the slow path, which drops it.
         if ts_val >= 0 and (ts_val - conn.ts_recent) & 0x80000000:
-            return False
+            return False, conn
         una = (conn.iss + conn.snd_una) & 0xFFFFFFFF
         adv = (ack - una) & 0xFFFFFFFF
         if adv >= 0x80000000 or conn.snd_una + adv > conn.snd_max:
-            return False                 # an old ACK or one beyond SND.NXT: the slow path decides
+            return False, conn           # an old ACK or one beyond SND.NXT: the slow path decides
         plen = tot - start
         if plen and (plen > conn.rcv_adv - conn.rcv_nxt
                      or (self.mem.limit and self.mem.used + truesize(mv) > self.mem.limit)):
-            return False                 # the slow path decides: a minimum, or a counted drop
+            return False, conn           # the slow path decides: a minimum, or a counted drop
         self._fast_dispatch(conn, mv, start, tot, adv, ts_val, ts_ecr, tos, ip_len == 20, now,
                             gso_size, (hp_word >> 16) & 0xFF)
-        return True
+        return True, conn
 
     def _fast_dispatch(self, conn: Connection, mv: memoryview, start: int, tot: int, adv: int,
                        ts_val: int, ts_ecr: int, tos: int, v4: bool, now: float, gso_size: int,
@@ -562,9 +570,10 @@ class Stack:
             return False
         return True
 
-    def segment_arrives(self, seg: Segment, now: float) -> None:
-        key = (seg.dst, seg.dport, seg.src, seg.sport)
-        conn = self.connections.get(key)
+    def segment_arrives(self, seg: Segment, now: float, conn: Connection | None = None) -> None:
+        """``conn``: the connection of the segment's 4-tuple when the caller looked it up."""
+        if conn is None:
+            conn = self.connections.get((seg.dst, seg.dport, seg.src, seg.sport))
         if conn is not None and (conn.md5_key is not None or seg.md5 is not None) \
                 and not self._md5_ok(seg, conn.md5_key):
             return
