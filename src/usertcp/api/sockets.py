@@ -326,10 +326,9 @@ class Socket(SocketCore):
         if conn is None:
             raise os_error(errno.EINVAL)
         try:
-            byte = conn.rx.urgent.recv_oob(conn, peek)
+            data = conn.rx.urgent.recv_oob(conn, peek, n)
         except OSError as exc:
             raise os_error(exc.errno or errno.EINVAL) from None
-        data = b"" if byte is None or not n else bytes([byte])
         if into is None:
             return data
         into[:len(data)] = data

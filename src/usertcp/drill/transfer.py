@@ -309,10 +309,9 @@ def _recv_oob(sock: Sock, want: Expr, n: int, peek: bool) -> int:
     if conn is None:
         raise SysError(errno.EINVAL)
     try:
-        byte = conn.rx.urgent.recv_oob(conn, peek)
+        data = conn.rx.urgent.recv_oob(conn, peek, n)
     except OSError as exc:
         raise SysError(exc.errno or errno.EINVAL) from exc
-    data = b"" if byte is None or not n else bytes([byte])
     check_contents(want, data)
     return len(data)
 

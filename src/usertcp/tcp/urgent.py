@@ -123,18 +123,20 @@ class Urgent:
         off = self.index - read_head(conn)
         return off if 0 <= off < n else n
 
-    def recv_oob(self, conn: Connection, peek: bool) -> int | None:
-        """tcp_recv_urg(): the held urgent byte for MSG_OOB (None: end of stream, 0 bytes);
-        OSError EINVAL with no urgent data (or inline), EAGAIN before it arrived (never blocks)."""
+    def recv_oob(self, conn: Connection, peek: bool, size: int) -> bytes:
+        """tcp_recv_urg(): what a MSG_OOB read of ``size`` bytes returns: the held urgent
+        byte, or nothing at the end of stream or for a zero-length read (which still takes
+        the byte: Linux sets MSG_TRUNC). OSError EINVAL with no urgent data (or inline),
+        EAGAIN before it arrived (never blocks)."""
         if self.inline or not self.data or self.data == URG_READ:
             raise OSError(errno.EINVAL, "no out-of-band data")
         if self.data & URG_VALID:
             byte = self.data & 0xFF
             if not peek:
                 self.data = URG_READ
-            return byte
+            return bytes((byte,)) if size else b""
         if conn.fin_received or conn.read_shutdown:
-            return None
+            return b""
         raise OSError(errno.EAGAIN, "the urgent byte has not arrived yet")
 
     def _passed(self, conn: Connection) -> None:
